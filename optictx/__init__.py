@@ -1,0 +1,45 @@
+"""optictx: an agent memory that fits any context budget.
+
+Recent turns stay text; older turns are drawn onto page images that fade through DeepSeek-OCR's
+resolution tiers as they age. `import optictx` needs no torch: models live in optictx.models.
+"""
+
+from .budget import Budget
+from .context import Context, PageSegment, TextSegment
+from .cost import COST_MODELS, CostModel, get_cost_model
+from .errors import BudgetError, ConversationFileError, OptictxError, StoreError
+from .kv import KV_PRESETS, KVGeometry
+from .memory import Memory
+from .renderers import RenderConfig, RenderError
+from .schedule import AgeLadder, OldestFirst
+from .tiers import Tier
+from .tokens import Tokenizer, get_tokenizer
+from .turns import ToolCall, Turn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "COST_MODELS",
+    "KV_PRESETS",
+    "AgeLadder",
+    "Budget",
+    "BudgetError",
+    "Context",
+    "ConversationFileError",
+    "CostModel",
+    "KVGeometry",
+    "Memory",
+    "OldestFirst",
+    "OptictxError",
+    "PageSegment",
+    "RenderConfig",
+    "RenderError",
+    "StoreError",
+    "TextSegment",
+    "Tier",
+    "ToolCall",
+    "Tokenizer",
+    "Turn",
+    "get_cost_model",
+    "get_tokenizer",
+]

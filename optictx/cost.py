@@ -1,0 +1,255 @@
+"""Cost models: what one page image at a tier costs a consumer, in the tokens its decoder holds.
+
+Each preset is one registry line with its source; the formulas are pinned by tests against the
+published numbers in shared/reference (deepseek-ocr.md §1, anchors.md §5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+from .tiers import Tier
+from .tokens import Tokenizer, get_tokenizer
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Base: subclasses give `image_tokens` (decoder positions) and may give `paper_tokens`."""
+
+    name: str
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        raise NotImplementedError
+
+    def paper_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        """The count the model's paper or docs quote (may leave out separators); default: the same."""
+        return self.image_tokens(tier, size)
+
+    def tokenizer(self) -> Tokenizer:
+        """Counts the consumer's text tokens; cl100k_base (offline) unless a subclass knows better."""
+        return get_tokenizer()
+
+    def tier_size(self, tier: Tier) -> tuple[int, int]:
+        side = tier.side
+        if side is None:
+            raise ValueError(f"{tier.name} is not an image tier")
+        return side, side
+
+    def page_tokens(self, tier: Tier) -> int:
+        """Decoder tokens for one square page at `tier`."""
+        return self.image_tokens(tier, self.tier_size(tier))
+
+    @property
+    def image_detail(self) -> str | None:
+        """OpenAI image_url `detail` to send, when the model distinguishes it."""
+        return None
+
+
+def _grid(w: int, h: int, tile: int, min_n: int, max_n: int) -> tuple[int, int]:
+    """DeepSeek-OCR's tile grid (InternVL-style aspect match); (1, 1) means no local tiles."""
+    if w <= tile and h <= tile:
+        return 1, 1
+    cands = sorted(
+        {(i, j) for n in range(min_n, max_n + 1) for i in range(1, n + 1) for j in range(1, n + 1)
+         if min_n <= i * j <= max_n},
+        key=lambda ij: ij[0] * ij[1],
+    )
+    aspect, best, best_diff = w / h, (1, 1), math.inf
+    for i, j in cands:
+        diff = abs(aspect - i / j)
+        if diff < best_diff:
+            best, best_diff = (i, j), diff
+        elif diff == best_diff and w * h > 0.5 * tile * tile * i * j:
+            best = (i, j)
+    return best
+
+
+@dataclass(frozen=True)
+class DeepSeekOCR(CostModel):
+    """DeepSeek-OCR / Unlimited-OCR DeepEncoder: 16x16 patches, 16x compression, row newlines.
+
+    Positions = q·(q+1) for the global view + (h_t·q')·(w_t·q'+1) for tiles + 1 separator,
+    q = side/64 (deepseek-ocr.md §1.4). Paper tokens leave out newlines and the separator.
+    """
+
+    tile: int = 640
+    global_side: int = 1024
+    max_crops: int = 6  # vLLM's MAX_CROPS; the HF infer() default allows 9
+
+    def _views(self, tier: Tier, size: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+        w, h = size
+        if tier is Tier.GUNDAM:
+            return self.global_side, _grid(w, h, self.tile, 2, self.max_crops)
+        return (tier.side or max(w, h)), (1, 1)
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        side, (wt, ht) = self._views(tier, size)
+        q = side // 64
+        local = 0 if (wt, ht) == (1, 1) else (ht * self.tile // 64) * (wt * self.tile // 64 + 1)
+        return q * (q + 1) + local + 1
+
+    def paper_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        side, (wt, ht) = self._views(tier, size)
+        local = 0 if (wt, ht) == (1, 1) else wt * ht * (self.tile // 64) ** 2
+        return (side // 64) ** 2 + local
+
+
+@dataclass(frozen=True)
+class DeepSeekOCR2(CostModel):
+    """DeepSeek-OCR 2 (DeepEncoder V2): 256 global queries + 144 per 768 crop + 1 separator."""
+
+    tile: int = 768
+    max_crops: int = 6
+
+    def _crops(self, size: tuple[int, int]) -> int:
+        wt, ht = _grid(*size, self.tile, 2, self.max_crops)
+        return 0 if (wt, ht) == (1, 1) else wt * ht
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        return 256 + 144 * self._crops(size) + 1
+
+    def paper_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        return 256 + 144 * self._crops(size)
+
+
+@dataclass(frozen=True)
+class OpenAITiles(CostModel):
+    """GPT-4o family: fit 2048², short side to 768, then base + per_tile·(512-px tiles)."""
+
+    base: int = 85
+    per_tile: int = 170
+    detail: Literal["high", "low"] = "high"
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        if self.detail == "low":
+            return self.base
+        w, h = size
+        s = min(1.0, 2048 / max(w, h))
+        w, h = w * s, h * s
+        s = min(1.0, 768 / min(w, h))
+        w, h = w * s, h * s
+        return self.base + self.per_tile * math.ceil(w / 512) * math.ceil(h / 512)
+
+    @property
+    def image_detail(self) -> str:
+        return self.detail
+
+
+@dataclass(frozen=True)
+class OpenAIPatches(CostModel):
+    """GPT-4.1-mini family: 32-px patches, at most `max_patches`, times a per-model multiplier."""
+
+    multiplier: float = 1.62
+    max_patches: int = 1536
+
+    def patches(self, size: tuple[int, int]) -> int:
+        w, h = size
+        n = math.ceil(w / 32) * math.ceil(h / 32)
+        if n <= self.max_patches:
+            return n
+        shrink = math.sqrt(32 * 32 * self.max_patches / (w * h))
+        sw, sh = w * shrink, h * shrink
+        # Then shrink again so the width is a whole number of patches (OpenAI's documented rule).
+        shrink2 = math.floor(sw / 32) / (sw / 32)
+        return math.ceil(sw * shrink2 / 32) * math.ceil(sh * shrink2 / 32)
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        return math.ceil(self.patches(size) * self.multiplier)
+
+    def paper_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        return self.patches(size)
+
+
+@dataclass(frozen=True)
+class Anthropic(CostModel):
+    """Claude: w·h/750 after scaling down (aspect kept) to a 1568-px long edge and ~1.19 MP."""
+
+    max_edge: int = 1568
+    max_pixels: int = 1092 * 1092
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        w, h = size
+        s = min(1.0, self.max_edge / max(w, h), math.sqrt(self.max_pixels / (w * h)))
+        return math.ceil(math.floor(w * s) * math.floor(h * s) / 750)
+
+
+@dataclass(frozen=True)
+class Gemini(CostModel):
+    """Gemini 2.x: 258 when both sides <= 384 px, else 258 per 768-px tile."""
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        w, h = size
+        if w <= 384 and h <= 384:
+            return 258
+        return 258 * math.ceil(w / 768) * math.ceil(h / 768)
+
+
+@dataclass(frozen=True)
+class QwenVL(CostModel):
+    """Qwen2/2.5-VL: smart_resize to multiples of 28 within pixel bounds, one token per 28x28,
+    plus <|vision_start|> and <|vision_end|>."""
+
+    factor: int = 28
+    min_pixels: int = 56 * 56
+    max_pixels: int = 14 * 14 * 4 * 1280
+
+    def grid(self, size: tuple[int, int]) -> tuple[int, int]:
+        w, h = size
+        f = self.factor
+        hb, wb = max(f, round(h / f) * f), max(f, round(w / f) * f)
+        if hb * wb > self.max_pixels:
+            beta = math.sqrt(h * w / self.max_pixels)
+            hb, wb = math.floor(h / beta / f) * f, math.floor(w / beta / f) * f
+        elif hb * wb < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (h * w))
+            hb, wb = math.ceil(h * beta / f) * f, math.ceil(w * beta / f) * f
+        return wb // f, hb // f
+
+    def paper_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        gw, gh = self.grid(size)
+        return gw * gh
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        return self.paper_tokens(tier, size) + 2
+
+
+COST_MODELS: MappingProxyType[str, CostModel] = MappingProxyType({
+    # deepseek-ocr.md §1.4 (vLLM get_num_image_tokens, MAX_CROPS=6)
+    "deepseek-ocr": DeepSeekOCR("deepseek-ocr"),
+    # Unlimited-OCR keeps DeepSeek-OCR's DeepEncoder; only the decoder changes (rswa.md)
+    "unlimited-ocr": DeepSeekOCR("unlimited-ocr"),
+    # deepseek-ocr.md §5 (DeepEncoder V2: 256 + 144 per 768 crop, + separator)
+    "deepseek-ocr-2": DeepSeekOCR2("deepseek-ocr-2"),
+    # anchors.md §5, OpenAI vision guide "Calculating costs"
+    "openai:gpt-4o": OpenAITiles("openai:gpt-4o"),
+    "openai:gpt-4o:low": OpenAITiles("openai:gpt-4o:low", detail="low"),
+    "openai:gpt-4.1": OpenAITiles("openai:gpt-4.1"),
+    # anchors.md §5, patch-based tokenization, multiplier 1.62
+    "openai:gpt-4.1-mini": OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62),
+    "openai:gpt-4.1-nano": OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46),
+    # anchors.md §5, Claude vision docs
+    "anthropic": Anthropic("anthropic"),
+    # anchors.md §5, Gemini token docs (2.x)
+    "gemini": Gemini("gemini"),
+    # anchors.md §5, transformers image_processing_qwen2_vl smart_resize defaults
+    "qwen2.5-vl": QwenVL("qwen2.5-vl"),
+})
+
+
+def get_cost_model(spec: str | CostModel) -> CostModel:
+    """A cost model by registry name, or the object itself.
+
+    >>> get_cost_model("deepseek-ocr").page_tokens(Tier.SMALL)
+    111
+    """
+    if isinstance(spec, CostModel):
+        return spec
+    if isinstance(spec, str):
+        try:
+            return COST_MODELS[spec]
+        except KeyError:
+            raise ValueError(f"unknown vision {spec!r}; valid names: {', '.join(COST_MODELS)}") from None
+    raise TypeError(f"vision must be a registry name or a CostModel, got {type(spec).__name__}")

@@ -1,0 +1,117 @@
+"""Exporters: a Context as OpenAI chat messages or as an Anthropic Messages API request."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from .context import CAPTION, PageSegment, TextSegment
+from .turns import Turn
+
+if TYPE_CHECKING:
+    from .context import Context
+
+_DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
+
+
+def _page_parts_openai(pages: list[PageSegment], detail: str | None) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}]
+    for p in pages:
+        if p.tier.is_image:
+            image_url: dict[str, Any] = {"url": f"data:image/png;base64,{p.png_base64()}"}
+            if detail:
+                image_url["detail"] = detail
+            parts.append({"type": "image_url", "image_url": image_url})
+        else:
+            parts.append({"type": "text", "text": p.text})
+    return parts
+
+
+def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment], list[Turn]]:
+    system = [s.turn for s in ctx.text_segments if s.kind == "system" and s.turn]
+    pinned = [s.turn for s in ctx.text_segments if s.kind == "pinned" and s.turn]
+    recent = [s.turn for s in ctx.text_segments if s.kind == "recent" and s.turn]
+    return system, pinned, ctx.pages, recent
+
+
+def to_openai(ctx: Context) -> list[dict[str, Any]]:
+    system, pinned, pages, recent = _groups(ctx)
+    messages = [t.to_openai() for t in (*system, *pinned)]
+    if pages:
+        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail)})
+    messages.extend(t.to_openai() for t in recent)
+    return messages
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text if text.strip() else "(empty message)"}
+
+
+def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
+    if part["type"] == "text":
+        return _text_block(part["text"])
+    if part["type"] == "image_url":
+        url = (part.get("image_url") or {}).get("url", "")
+        m = _DATA_URI.match(url)
+        if m:
+            return {"type": "image", "source": {"type": "base64", "media_type": m.group(1), "data": m.group(2)}}
+        if url.startswith(("http://", "https://")):
+            return {"type": "image", "source": {"type": "url", "url": url}}
+    return _text_block(f"[{part['type']} not forwarded]")
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {"_unparsed_arguments": arguments}  # keep what the model wrote; tool_use needs an object
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _anthropic_message(turn: Turn) -> dict[str, Any]:
+    if turn.role == "tool":
+        block = {"type": "tool_result", "tool_use_id": turn.tool_call_id, "content": turn.text or "(empty)"}
+        return {"role": "user", "content": [block]}
+    if isinstance(turn.content, str):
+        blocks = [_text_block(turn.content)] if turn.content or not turn.tool_calls else []
+    else:
+        blocks = [_anthropic_part(p) for p in turn.content]
+    for call in turn.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.function.name,
+                       "input": _tool_input(call.function.arguments)})
+    return {"role": "assistant" if turn.role == "assistant" else "user", "content": blocks}
+
+
+def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Anthropic wants alternating roles, starting with the user: merge runs of one role."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if out and out[-1]["role"] == m["role"]:
+            out[-1]["content"].extend(m["content"])
+        else:
+            out.append({"role": m["role"], "content": list(m["content"])})
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [_text_block("(the conversation so far continues below)")]})
+    return out
+
+
+def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
+    system, pinned, pages, recent = _groups(ctx)
+    messages = [_anthropic_message(t) for t in pinned]
+    if pages:
+        blocks: list[dict[str, Any]] = [_text_block(CAPTION)]
+        for p in pages:
+            if p.tier.is_image:
+                blocks.append({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                            "data": p.png_base64()}})
+            else:
+                blocks.append(_text_block(p.text))
+        messages.append({"role": "user", "content": blocks})
+    messages.extend(_anthropic_message(t) for t in recent)
+    return "\n\n".join(t.text for t in system), _merge_roles(messages)
+
+
+__all__ = ["TextSegment", "to_anthropic", "to_openai"]

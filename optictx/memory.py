@@ -1,0 +1,255 @@
+"""Memory: add turns, get a context that fits the budget. The one object agents talk to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .budget import Budget
+from .context import CAPTION, Context, PageSegment, TextSegment
+from .cost import CostModel, get_cost_model
+from .errors import BudgetError, StoreError
+from .images import PageImages
+from .packer import Packer, Page
+from .renderers import Layout, RenderConfig
+from .schedule import AgeLadder, OldestFirst, page_costs, schedule
+from .store import MemoryStore, SQLiteStore, Store
+from .tiers import Tier
+from .tokens import Tokenizer, get_tokenizer
+from .turns import Turn, to_turn
+
+DEFAULT_BUDGET = Budget(tokens=8192)
+
+
+def safe_cuts(window: Sequence[Turn]) -> list[int]:
+    """Indices i where window[:i] may go to pages and window[i:] stay native text without a tool
+    result losing its call: no tool turn at or after i answers a call made before i, and none
+    answers a call that is not in the window at all."""
+    n = len(window)
+    blocked = [0] * (n + 2)  # difference array over cut positions
+    call_at: dict[str, int] = {}
+    for b, t in enumerate(window):
+        for cid in t.call_ids:
+            call_at[cid] = b
+        if t.role == "tool":
+            a = call_at.get(t.tool_call_id or "")
+            lo = 0 if a is None else a + 1
+            blocked[lo] += 1
+            blocked[b + 1] -= 1
+    cuts, run = [], 0
+    for i in range(n + 1):
+        run += blocked[i]
+        if run == 0:
+            cuts.append(i)
+    return cuts
+
+
+def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
+    """Text tokens of a turn as the consumer reads it natively (content and tool calls)."""
+    n = tok.count(turn.text)
+    for c in turn.tool_calls:
+        n += tok.count(c.function.name) + tok.count(c.function.arguments)
+    return n
+
+
+class Memory:
+    """A conversation memory that fits any budget.
+
+    >>> mem = Memory(budget=Budget(tokens=4000), keep_recent=2)
+    >>> _ = mem.add({"role": "user", "content": "hello"})
+    >>> mem.context().tokens <= 4000
+    True
+    """
+
+    def __init__(
+        self,
+        *,
+        vision: str | CostModel = "deepseek-ocr",
+        budget: Budget = DEFAULT_BUDGET,
+        keep_recent: int = 4,
+        store: str | Path | Store | None = None,
+        tokens_per_page: int = 1000,
+        render: RenderConfig | None = None,
+        tokenizer: Any = None,
+        ladder: AgeLadder | None = None,
+        fitter: OldestFirst | None = None,
+        image_cache_bytes: int = 256 * 2**20,
+    ) -> None:
+        if keep_recent < 0:
+            raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
+        self.vision = get_cost_model(vision)
+        self.budget = budget
+        self.keep_recent = keep_recent
+        self.tokens_per_page = tokens_per_page
+        self.render = render or RenderConfig()
+        self.tokenizer = get_tokenizer(tokenizer)
+        self.ladder = ladder or AgeLadder()
+        self.fitter = fitter or OldestFirst()
+        self.layout = Layout(self.render)
+        self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
+        self._packer = Packer(self.layout, self.tokenizer, tokens_per_page)
+        self._system: list[Turn] = []
+        self._pinned: list[Turn] = []
+        self._window: list[Turn] = []
+        self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
+        self._page_tokens: list[int] = []  # text tokens of each sealed page
+        self._count = 0
+        self._text_total = 0
+        self._store = self._open_store(store)
+        for turn in self._store.turns():
+            self._ingest(turn)
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _open_store(self, store: str | Path | Store | None) -> Store:
+        if store is None:
+            return MemoryStore()
+        if isinstance(store, (str, Path)):
+            s: Store = SQLiteStore(store)
+        else:
+            s = store
+        # Pages are derived data, re-packed from the turns on open: a changed render config
+        # re-renders every page instead of mixing old and new pixels.
+        s.set_meta(self._meta())
+        return s
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "vision": self.vision.name,
+            "budget": self.budget.model_dump(mode="json"),
+            "keep_recent": self.keep_recent,
+            "tokens_per_page": self.tokens_per_page,
+            "render": self.render.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def open(cls, path: str | Path, **overrides: Any) -> Memory:
+        """Reopen a memory saved with `Memory(store=path)`; keyword arguments override its settings."""
+        path = Path(path)
+        if not path.is_file():
+            raise StoreError(f"{path}: no such memory file")
+        probe = SQLiteStore(path)
+        meta = probe.get_meta() or {}
+        probe.close()
+        settings: dict[str, Any] = {}
+        if "vision" in meta:
+            settings["vision"] = meta["vision"]
+        if "budget" in meta:
+            settings["budget"] = Budget.model_validate(meta["budget"])
+        for key in ("keep_recent", "tokens_per_page"):
+            if key in meta:
+                settings[key] = meta[key]
+        if "render" in meta:
+            settings["render"] = RenderConfig.model_validate(meta["render"])
+        settings.update(overrides)
+        return cls(store=path, **settings)
+
+    # -- adding -------------------------------------------------------------------------------
+
+    def add(self, turn: Turn | Mapping[str, Any], *, pin: bool = False) -> Turn:
+        """Store a turn (a Turn or an OpenAI-style dict) and return it with its id.
+
+        `pin=True` keeps the turn as text in every context (system turns always are).
+        """
+        t = to_turn(turn)
+        if pin:
+            if t.role == "tool" or t.tool_calls:
+                raise ValueError("tool calls and tool results cannot be pinned (their pair would split); "
+                                 "pin a user or assistant turn that restates what matters")
+            t = t.model_copy(update={"pinned": True})
+        stored = self._store.append(t.model_copy(update={"id": None}))
+        self._ingest(stored)
+        return stored
+
+    def _ingest(self, turn: Turn) -> None:
+        assert turn.id is not None  # stores always assign ids
+        self._count += 1
+        n = turn_tokens(turn, self.tokenizer)
+        self._text_total += n
+        if turn.role == "system" or turn.pinned:
+            self._tokens[turn.id] = n
+            (self._system if turn.role == "system" else self._pinned).append(turn)
+            return
+        self._tokens[turn.id] = n
+        self._window.append(turn)
+        self._pack_overflow()
+
+    def _pack_overflow(self) -> None:
+        cuts = safe_cuts(self._window)
+        target = len(self._window) - self.keep_recent
+        cut = max([c for c in cuts if c <= target] + [cuts[0]])
+        for t in self._window[:cut]:
+            for page in self._packer.add(t):
+                self._page_tokens.append(self.tokenizer.count(page.text))
+            self._tokens.pop(t.id, None)  # type: ignore[arg-type]
+        del self._window[:cut]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def transcript(self) -> list[Turn]:
+        """Every turn ever added, verbatim, in order."""
+        return self._store.turns()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def pages(self) -> list[Page]:
+        """Sealed pages plus the open one (not sealed yet), oldest first."""
+        return [*self._packer.sealed, *self._packer.preview()]
+
+    def context(self, *, budget: Budget | None = None, vision: str | CostModel | None = None) -> Context:
+        """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big."""
+        budget = budget or self.budget
+        model = self.vision if vision is None else get_cost_model(vision)
+        tok = self.tokenizer
+        fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
+        fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
+        fixed_tokens = sum(s.tokens for s in fixed)
+        caption_tokens = tok.count(CAPTION)
+        sealed = self._packer.sealed
+        window = self._window
+        recent_tokens = [self._tokens[t.id] for t in window]  # type: ignore[index]
+        for cut in safe_cuts(window):
+            extra = self._packer.preview(window[:cut])
+            pages = [*sealed, *extra]
+            text_tokens = [*self._page_tokens, *(tok.count(p.text) for p in extra)]
+            costs = page_costs(text_tokens, model)
+            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:]) - (caption_tokens if pages else 0)
+            tiers = schedule(costs, room, self.ladder, self.fitter)
+            if tiers is None and room + caption_tokens >= 0:
+                tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
+            if tiers is not None:
+                break
+        else:
+            need = fixed_tokens
+            raise BudgetError(
+                f"the context needs at least {need} tokens for system and pinned turns, but the budget "
+                f"allows {budget.limit}: short by {need - budget.limit}. Raise the budget or unpin turns.",
+                shortfall=need - budget.limit,
+            )
+        segs: list[TextSegment | PageSegment] = list(fixed)
+        kept = [(p, t, c) for p, t, c in zip(pages, tiers, costs) if t is not Tier.GONE]
+        if kept:
+            segs.append(TextSegment("caption", CAPTION, caption_tokens))
+        for page, tier, cost in kept:
+            paper = cost.cost(tier) if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
+            segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
+        segs += [TextSegment("recent", t.text, n, t) for t, n in zip(window[cut:], recent_tokens[cut:])]
+        gone = tuple(p for p, t in zip(pages, tiers) if t is Tier.GONE)
+        return Context(tuple(segs), budget, model, gone)
+
+    def stats(self, context: Context | None = None) -> dict[str, Any]:
+        """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""
+        ctx = context or self.context()
+        report = ctx.report()
+        return {
+            "turns": self._count,
+            "text_tokens": self._text_total,
+            "context_tokens": ctx.tokens,
+            "ratio": round(self._text_total / ctx.tokens, 2) if ctx.tokens else None,
+            "pages": report["pages"],
+            "sealed_pages": len(self._packer.sealed),
+            "vision": ctx.vision.name,
+        }

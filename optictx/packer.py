@@ -1,0 +1,157 @@
+"""Packer: turns that leave the text window go, in order, onto pages of a fixed text density.
+
+A page is sealed when its tokens or its height are used up, and never changes after that, so its
+pixels (and the visual tokens and prefix KV built from them) stay valid for the memory's life.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .renderers import Block, Layout, Line
+from .tokens import Tokenizer
+from .turns import Turn
+
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
+
+
+def turn_blocks(turn: Turn) -> list[Block]:
+    """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls."""
+    role = "tool result" if turn.role == "tool" else turn.role
+    head = f"#{turn.id} {role.upper()}" if turn.id is not None else role.upper()
+    if turn.name:
+        head += f" \u00b7 {turn.name}"
+    if turn.tool_call_id:
+        head += f" [{turn.tool_call_id}]"
+    blocks = [Block(head, "header")]
+    text = turn.text
+    if turn.role == "tool":
+        if text:
+            blocks.append(Block(text, "code"))
+    else:
+        pos = 0
+        for m in _FENCE.finditer(text):
+            if m.start() > pos:
+                blocks.append(Block(text[pos:m.start()].strip("\n"), "text"))
+            blocks.append(Block(m.group(1).rstrip("\n"), "code"))
+            pos = m.end()
+        if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
+            blocks.append(Block(text[pos:].strip("\n"), "text"))
+    for call in turn.tool_calls:
+        blocks.append(Block(f"\u2192 {call.function.name}({call.function.arguments})  [{call.id}]", "code"))
+    return blocks
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One laid-out line and the turn it came from."""
+
+    turn_id: int
+    line: Line
+    tokens: int
+
+
+@dataclass(frozen=True, eq=False)
+class Page:
+    """A page's content: its lines, the turns on it, and whether it is sealed (final)."""
+
+    index: int
+    entries: tuple[Entry, ...]
+    sealed: bool
+    style_digest: str = field(repr=False)
+
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        return tuple(e.line for e in self.entries)
+
+    @cached_property
+    def text(self) -> str:
+        """Exactly the text drawn on the page, one line per row."""
+        return "\n".join(e.line.text for e in self.entries)
+
+    @cached_property
+    def turn_ids(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(e.turn_id for e in self.entries))
+
+    @cached_property
+    def digest(self) -> str:
+        """Identifies the pixels: render settings, fonts and every line with its style."""
+        h = hashlib.sha256(self.style_digest.encode())
+        for e in self.entries:
+            h.update(f"\x00{e.line.style}\x00{e.line.height}\x00".encode())
+            h.update(e.line.text.encode("utf-8", "surrogatepass"))
+        return h.hexdigest()[:24]
+
+    @property
+    def tokens_estimate(self) -> int:
+        return sum(e.tokens for e in self.entries)
+
+
+class Packer:
+    """Appends turns to pages. `add` seals pages for good; `preview` shows the rest without sealing."""
+
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
+        if tokens_per_page < 16:
+            raise ValueError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
+        self.layout = layout
+        self.tokenizer = tokenizer
+        self.tokens_per_page = tokens_per_page
+        self.sealed: list[Page] = []
+        self._open: list[Entry] = []
+        self._style = f"{layout.config.digest}:{layout.fonts.digest}"
+        self._entries_cache: OrderedDict[int, tuple[Entry, ...]] = OrderedDict()
+
+    def entries(self, turn: Turn) -> tuple[Entry, ...]:
+        """The turn's laid-out lines, cached by turn id (recent turns are re-packed per preview)."""
+        key = turn.id if turn.id is not None else -1
+        hit = self._entries_cache.get(key)
+        if hit is not None:
+            self._entries_cache.move_to_end(key)
+            return hit
+        lines = [ln for b in turn_blocks(turn) for ln in self.layout.lines(b)]
+        count = self.tokenizer.count
+        out = tuple(Entry(key, ln, count(ln.text) if ln.text else 0) for ln in lines)
+        if key >= 0:
+            self._entries_cache[key] = out
+            while len(self._entries_cache) > 512:
+                self._entries_cache.popitem(last=False)
+        return out
+
+    def add(self, turn: Turn) -> list[Page]:
+        """Pack one turn for good; returns the pages this sealed."""
+        new_sealed, self._open = self._fill(self._open, self.entries(turn), len(self.sealed))
+        self.sealed.extend(new_sealed)
+        self._entries_cache.pop(turn.id if turn.id is not None else -1, None)
+        return new_sealed
+
+    def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
+        """Pages after the sealed ones if `turns` were packed too (the open page included)."""
+        entries = [e for t in turns for e in self.entries(t)]
+        full, rest = self._fill(self._open, entries, len(self.sealed))
+        # Pages that a preview fills are not sealed: the real add may pack them differently.
+        pages = [Page(p.index, p.entries, False, self._style) for p in full]
+        if rest:
+            pages.append(Page(len(self.sealed) + len(pages), tuple(rest), False, self._style))
+        return pages
+
+    def _fill(self, open_: Sequence[Entry], entries: Sequence[Entry], first_index: int) -> tuple[list[Page], list[Entry]]:
+        cap_h, cap_t = self.layout.config.text_height, self.tokens_per_page
+        body_h = self.layout.config.line_height
+        pages: list[Page] = []
+        cur = list(open_)
+        used_h = sum(e.line.height for e in cur)
+        used_t = sum(e.tokens for e in cur)
+        for e in entries:
+            need = e.line.height + (body_h if e.line.style == "header" else 0)  # no orphan headers
+            if cur and (used_h + need > cap_h or used_t + e.tokens > cap_t):
+                pages.append(Page(first_index + len(pages), tuple(cur), True, self._style))
+                cur, used_h, used_t = [], 0, 0
+            cur.append(e)
+            used_h += e.line.height
+            used_t += e.tokens
+        return pages, cur

@@ -1,0 +1,122 @@
+"""Scheduler: a tier for every page, so the context fits the budget.
+
+Two small strategies, each behind one method: a decay ladder (tier by page age) and a fitter
+(demote until the budget holds). The invariants they keep are tested as properties:
+- decay is monotone: a newer page never has a lower tier than an older one;
+- an image tier is used only where it costs less than the page's text;
+- the result fits the limit, or the scheduler says it cannot (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .cost import CostModel
+from .tiers import IMAGE_TIERS, Tier
+
+
+@dataclass(frozen=True)
+class PageCost:
+    """What each tier of one page costs; `options` are the tiers it may take, sharpest first."""
+
+    text_tokens: int
+    costs: dict[Tier, int]
+
+    @property
+    def options(self) -> tuple[Tier, ...]:
+        paying = tuple(t for t in IMAGE_TIERS if self.costs[t] < self.text_tokens)
+        return (Tier.TEXT, *paying, Tier.GONE)
+
+    def cost(self, tier: Tier) -> int:
+        if tier is Tier.TEXT:
+            return self.text_tokens
+        return 0 if tier is Tier.GONE else self.costs[tier]
+
+    def best_at_most(self, rank: int) -> Tier:
+        """The sharpest option whose rank is <= `rank` (GONE at worst)."""
+        return next(t for t in self.options if t.rank <= rank)
+
+    def below(self, tier: Tier) -> Tier:
+        """The next option below `tier` that is strictly cheaper (GONE at worst)."""
+        here = self.cost(tier)
+        return next(t for t in self.options if t.rank < tier.rank and self.cost(t) < here)
+
+
+def page_costs(text_tokens: Sequence[int], model: CostModel) -> list[PageCost]:
+    per_tier = {t: model.page_tokens(t) for t in IMAGE_TIERS}  # square pages: same for every page
+    return [PageCost(n, per_tier) for n in text_tokens]
+
+
+@dataclass(frozen=True)
+class AgeLadder:
+    """Tier by age, newest page first: `steps` = ((count, tier), ...), then `rest` for older pages.
+
+    >>> AgeLadder().tiers(4)  # oldest first
+    [<Tier.SMALL: 'small'>, <Tier.BASE: 'base'>, <Tier.BASE: 'base'>, <Tier.LARGE: 'large'>]
+    """
+
+    steps: tuple[tuple[int, Tier], ...] = ((1, Tier.LARGE), (2, Tier.BASE), (4, Tier.SMALL))
+    rest: Tier = Tier.TINY
+
+    def __post_init__(self) -> None:
+        ranks = [t.rank for _, t in self.steps] + [self.rest.rank]
+        if any(b > a for a, b in zip(ranks, ranks[1:])):
+            raise ValueError("AgeLadder steps must not get sharper with age (newest step first)")
+
+    def tiers(self, n: int) -> list[Tier]:
+        newest_first: list[Tier] = []
+        for count, tier in self.steps:
+            newest_first.extend([tier] * count)
+        newest_first = newest_first[:n] + [self.rest] * max(0, n - len(newest_first))
+        return newest_first[::-1]
+
+
+@dataclass(frozen=True)
+class OldestFirst:
+    """Demote the oldest pages one step at a time, `batch` pages at once (aligned blocks of page
+    indices), so a demotion frees room for several later pages and the prefix changes rarely."""
+
+    batch: int = 4
+
+    def fit(self, tiers: list[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+        total = sum(c.cost(t) for c, t in zip(costs, tiers))
+        first = 0  # every page before `first` is GONE
+        while total > room:
+            while first < len(tiers) and tiers[first] is Tier.GONE:
+                first += 1
+            if first == len(tiers):
+                return None
+            end = min(len(tiers), (first // self.batch + 1) * self.batch)
+            for i in range(first, end):
+                if tiers[i] is not Tier.GONE:
+                    new = costs[i].below(tiers[i])
+                    total += costs[i].cost(new) - costs[i].cost(tiers[i])
+                    tiers[i] = new
+            total += _cap_older(tiers, costs, first, end)
+        return tiers
+
+
+def _cap_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: int) -> int:
+    """Make tiers[start:end] monotone against tiers[end] (newest to oldest); returns the cost change."""
+    delta = 0
+    cap = tiers[end].rank if end < len(tiers) else Tier.TEXT.rank
+    for i in range(end - 1, start - 1, -1):
+        if tiers[i].rank > cap:
+            new = costs[i].best_at_most(cap)
+            delta += costs[i].cost(new) - costs[i].cost(tiers[i])
+            tiers[i] = new
+        cap = tiers[i].rank
+    return delta
+
+
+def schedule(costs: Sequence[PageCost], room: int, ladder: AgeLadder, fitter: OldestFirst) -> list[Tier] | None:
+    """Tiers for pages (oldest first) within `room` tokens, or None if even all-GONE is too much."""
+    tiers = []
+    for cost, want in zip(costs, ladder.tiers(len(costs))):
+        # An image only where it pays: otherwise the page's text is cheaper and sharper.
+        tiers.append(want if want in cost.options else Tier.TEXT)
+    _cap_older(tiers, costs, 0, len(tiers))
+    if room < 0:
+        return None
+    return fitter.fit(tiers, costs, room)

@@ -1,0 +1,145 @@
+"""Turn: one conversation message, validated, immutable, with a stable id once stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    arguments: str = Field("", description="JSON text as the model produced it, kept verbatim")
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _dump_structured(cls, v: Any) -> Any:
+        # Some clients pass arguments already parsed; keep a faithful JSON text of them.
+        return json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+
+
+class ToolCall(BaseModel):
+    """An assistant's request to run a tool (OpenAI shape)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Turn(BaseModel):
+    """One message. `content` is text or a tuple of OpenAI content parts (dicts with a "type").
+
+    >>> Turn(role="user", content="hi").text
+    'hi'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    content: str | tuple[dict[str, Any], ...] = ""
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    pinned: bool = False
+    id: int | None = Field(None, ge=0, description="assigned by the store; unique and stable")
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, v: Any) -> Any:
+        if v is None:
+            return ""
+        if isinstance(v, list):
+            v = tuple(v)
+        if isinstance(v, tuple):
+            for i, part in enumerate(v):
+                if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                    raise TypeError(f"content part {i} must be a dict with a string 'type', got {part!r:.80}")
+                if part["type"] == "text" and not isinstance(part.get("text"), str):
+                    raise TypeError(f"content part {i} is type 'text' but has no string 'text'")
+            return tuple(dict(p) for p in v)
+        if not isinstance(v, str):
+            raise TypeError(f"content must be a string or a list of content parts, got {type(v).__name__}")
+        return v
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> Turn:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool turn needs tool_call_id: the id of the assistant tool call it answers")
+        if self.role != "tool" and self.tool_call_id:
+            raise ValueError(f"tool_call_id is only valid on tool turns, not on a {self.role} turn")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls are only valid on assistant turns, not on a {self.role} turn")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The text of the content; non-text parts appear as short bracketed placeholders."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(_part_text(p) for p in self.content)
+
+    @property
+    def call_ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.tool_calls)
+
+    def to_openai(self) -> dict[str, Any]:
+        """This turn as an OpenAI chat message dict."""
+        msg: dict[str, Any] = {"role": self.role}
+        if isinstance(self.content, str):
+            msg["content"] = self.content
+        else:
+            msg["content"] = [dict(p) for p in self.content]
+        if self.name and self.role in ("system", "user", "assistant"):
+            msg["name"] = self.name
+        if self.tool_calls:
+            msg["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+            if msg["content"] == "":
+                msg["content"] = None
+        if self.role == "tool":
+            msg["tool_call_id"] = self.tool_call_id
+        return msg
+
+
+def _part_text(part: Mapping[str, Any]) -> str:
+    kind = part["type"]
+    if kind == "text":
+        return part["text"]
+    if kind in ("image_url", "input_image", "image"):
+        return "[image]"
+    return f"[{kind}]"
+
+
+_KNOWN = frozenset(Turn.model_fields) - {"id", "pinned"}
+
+
+def to_turn(message: Turn | Mapping[str, Any]) -> Turn:
+    """Coerce an OpenAI-style dict (or a Turn) into a Turn, with clear errors.
+
+    Keys the OpenAI SDK emits but optictx does not model (refusal, audio, annotations...) are
+    kept under metadata["extra"] when they carry a value, and dropped when they are None.
+    """
+    if isinstance(message, Turn):
+        return message
+    if not isinstance(message, Mapping):
+        raise TypeError(f"a turn must be a Turn or a dict like {{'role': 'user', 'content': '...'}}, "
+                        f"got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; valid roles: {', '.join(ROLES)}")
+    fields = {k: v for k, v in message.items() if k in _KNOWN or k == "pinned"}
+    extra = {k: v for k, v in message.items() if k not in fields and k != "id" and v is not None}
+    if extra:
+        fields["metadata"] = {**dict(fields.get("metadata") or {}), "extra": extra}
+    if fields.get("tool_calls") is None:
+        fields.pop("tool_calls", None)
+    return Turn.model_validate(fields)

@@ -1,0 +1,21 @@
+"""optictx.renderers: text -> page images. Pillow only; knows nothing of memory or budgets."""
+
+from .config import RenderConfig
+from .draw import LineBox, RenderError, draw_page, lines_height
+from .fonts import FontError, FontSet
+from .layout import Block, Layout, Line, Style, displayable
+
+__all__ = [
+    "Block",
+    "FontError",
+    "FontSet",
+    "Layout",
+    "Line",
+    "LineBox",
+    "RenderConfig",
+    "RenderError",
+    "Style",
+    "displayable",
+    "draw_page",
+    "lines_height",
+]

@@ -1,0 +1,159 @@
+"""Text -> lines that fit the page width. Measures only; drawing is in draw.py."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+from .config import RenderConfig
+from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
+
+Style = Literal["header", "text", "code"]
+ELLIPSIS = "\u2026"
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A run of text in one style: a role header, prose, or code/tool output (monospace)."""
+
+    text: str
+    style: Style = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One laid-out line; `text` is exactly the characters drawn."""
+
+    text: str
+    style: Style
+    height: int
+
+
+def _display_char(ch: str) -> str:
+    cp = ord(ch)
+    if cp < 0x20 or cp == 0x7F:  # C0 controls and DEL -> their Control Pictures glyphs
+        return chr(0x2400 + cp) if cp < 0x20 else "\u2421"
+    if 0xD800 <= cp <= 0xDFFF or 0x80 <= cp <= 0x9F:  # lone surrogates, C1 controls
+        return REPLACEMENT
+    if unicodedata.category(ch) == "Cf":  # bidi overrides, zero-width marks: drawn as nothing
+        return ""
+    return ch
+
+
+def displayable(text: str, chain: FontChain) -> str:
+    """Map `text` to what can be drawn: controls shown as symbols, unknown glyphs as U+FFFD."""
+    if text.isascii() and text.isprintable():
+        return text  # the common case, and every ASCII printable is in DejaVu
+    out = []
+    for ch in text:
+        ch = _display_char(ch)
+        if ch and chain.face_index(ch) < 0:
+            ch = REPLACEMENT
+        out.append(ch)
+    return "".join(out)
+
+
+class Measurer:
+    """Cached pixel widths of words for one chain (BASIC engine, or bidi for RTL words)."""
+
+    def __init__(self, chain: FontChain) -> None:
+        self.chain = chain
+        self._cache: dict[str, float] = {}
+
+    def width(self, s: str) -> float:
+        w = self._cache.get(s)
+        if w is None:
+            w = 0.0
+            faces = self.chain.faces
+            for i, run in self.chain.runs(s):
+                face = faces[i]
+                w += (face.bidi if is_rtl(run) else face.font).getlength(run)
+            if len(self._cache) < 200_000:
+                self._cache[s] = w
+        return w
+
+
+def _break_word(word: str, m: Measurer, max_w: float) -> list[str]:
+    """Split one over-long word (a URL, a hash) into pieces that each fit."""
+    pieces, cur, cur_w = [], "", 0.0
+    for ch in word:
+        w = m.width(ch)
+        if cur and cur_w + w > max_w:
+            pieces.append(cur)
+            cur, cur_w = "", 0.0
+        cur += ch
+        cur_w += w
+    if cur:
+        pieces.append(cur)
+    return pieces
+
+
+def wrap_prose(paragraph: str, m: Measurer, max_w: float) -> list[str]:
+    """Greedy word wrap; words wider than the line are broken by character."""
+    space = m.width(" ")
+    lines: list[str] = []
+    cur: list[str] = []
+    cur_w = 0.0
+    for word in paragraph.split(" "):
+        w = m.width(word) if word else 0.0
+        if cur and cur_w + space + w <= max_w:
+            cur.append(word)
+            cur_w += space + w
+            continue
+        if cur:
+            lines.append(" ".join(cur))
+        if w > max_w:
+            *full, last = _break_word(word, m, max_w)
+            lines.extend(full)
+            cur, cur_w = [last], m.width(last)
+        else:
+            cur, cur_w = [word], w
+    lines.append(" ".join(cur))
+    return lines
+
+
+def wrap_code(line: str, m: Measurer, max_w: float) -> list[str]:
+    """Hard wrap at the width, whitespace kept (tabs are expanded by the caller)."""
+    if m.width(line) <= max_w:
+        return [line]
+    return _break_word(line, m, max_w)
+
+
+class Layout:
+    """Lays blocks out for one RenderConfig; reuse it: it caches fonts and word widths."""
+
+    def __init__(self, config: RenderConfig | None = None) -> None:
+        self.config = config or RenderConfig()
+        self.fonts = FontSet.for_config(self.config)
+        self._m = {
+            "header": Measurer(self.fonts.header),
+            "text": Measurer(self.fonts.body),
+            "code": Measurer(self.fonts.code),
+        }
+
+    def chain(self, style: Style) -> FontChain:
+        return self._m[style].chain
+
+    def lines(self, block: Block) -> list[Line]:
+        """The lines of one block, each with its drawn text and height."""
+        cfg, m = self.config, self._m[block.style]
+        # Tabs are expanded before control characters are made visible: code keeps its indent.
+        paras = block.text.replace("\r\n", "\n").expandtabs(cfg.tab_width).split("\n")
+        max_w = cfg.text_width
+        if block.style == "header":
+            head = displayable(" ".join(paras), m.chain)
+            return [Line(self._truncate(head, m, max_w), "header", cfg.header_height)]
+        wrap = wrap_code if block.style == "code" else wrap_prose
+        out: list[str] = []
+        for para in paras:
+            out.extend(wrap(displayable(para, m.chain), m, max_w))
+        return [Line(t, block.style, cfg.line_height) for t in out]
+
+    @staticmethod
+    def _truncate(text: str, m: Measurer, max_w: float) -> str:
+        if m.width(text) <= max_w:
+            return text
+        while text and m.width(text + ELLIPSIS) > max_w:
+            text = text[: max(1, len(text) * 9 // 10) - 1] if len(text) > 40 else text[:-1]
+        return text + ELLIPSIS
