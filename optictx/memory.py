@@ -153,11 +153,8 @@ class Memory:
         `pin=True` keeps the turn as text in every context (system turns always are).
         """
         t = to_turn(turn)
-        if pin:
-            if t.role == "tool" or t.tool_calls:
-                raise ValueError("tool calls and tool results cannot be pinned (their pair would split); "
-                                 "pin a user or assistant turn that restates what matters")
-            t = t.model_copy(update={"pinned": True})
+        if pin and not t.pinned:
+            t = Turn.model_validate({**t.model_dump(), "pinned": True})  # validated: tool turns refuse pins
         stored = self._store.append(t.model_copy(update={"id": None}))
         self._ingest(stored)
         return stored
@@ -186,6 +183,11 @@ class Memory:
         del self._window[:cut]
 
     # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def recent(self) -> list[Turn]:
+        """Turns not on any page yet: they stay native text while the budget allows."""
+        return list(self._window)
 
     def transcript(self) -> list[Turn]:
         """Every turn ever added, verbatim, in order."""
@@ -216,9 +218,9 @@ class Memory:
             pages = [*sealed, *extra]
             text_tokens = [*self._page_tokens, *(tok.count(p.text) for p in extra)]
             costs = page_costs(text_tokens, model)
-            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:]) - (caption_tokens if pages else 0)
-            tiers = schedule(costs, room, self.ladder, self.fitter)
-            if tiers is None and room + caption_tokens >= 0:
+            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
+            tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
+            if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
             if tiers is not None:
                 break

@@ -139,7 +139,9 @@ class Packer:
             pages.append(Page(len(self.sealed) + len(pages), tuple(rest), False, self._style))
         return pages
 
-    def _fill(self, open_: Sequence[Entry], entries: Sequence[Entry], first_index: int) -> tuple[list[Page], list[Entry]]:
+    def _fill(
+        self, open_: Sequence[Entry], entries: Sequence[Entry], first_index: int
+    ) -> tuple[list[Page], list[Entry]]:
         cap_h, cap_t = self.layout.config.text_height, self.tokens_per_page
         body_h = self.layout.config.line_height
         pages: list[Page] = []

@@ -9,6 +9,7 @@ Two small strategies, each behind one method: a decay ladder (tier by page age) 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,7 +62,7 @@ class AgeLadder:
 
     def __post_init__(self) -> None:
         ranks = [t.rank for _, t in self.steps] + [self.rest.rank]
-        if any(b > a for a, b in zip(ranks, ranks[1:])):
+        if any(b > a for a, b in itertools.pairwise(ranks)):
             raise ValueError("AgeLadder steps must not get sharper with age (newest step first)")
 
     def tiers(self, n: int) -> list[Tier]:

@@ -53,7 +53,9 @@ def tier_image(master: Image.Image, tier: Tier) -> Image.Image:
     return master.resize((side, side), Image.Resampling.LANCZOS, reducing_gap=3.0)
 
 
-def gundam_views(master: Image.Image, tile: int = 640, global_side: int = 1024) -> tuple[list[Image.Image], Image.Image]:
+def gundam_views(
+    master: Image.Image, tile: int = 640, global_side: int = 1024
+) -> tuple[list[Image.Image], Image.Image]:
     """DeepSeek-OCR's Gundam inputs for a square page: row-major tiles plus the global view."""
     n = max(2, round(master.width / tile))
     big = master.resize((n * tile, n * tile), Image.Resampling.BICUBIC) if master.width != n * tile else master

@@ -79,6 +79,9 @@ class Turn(BaseModel):
             raise ValueError(f"tool_call_id is only valid on tool turns, not on a {self.role} turn")
         if self.tool_calls and self.role != "assistant":
             raise ValueError(f"tool_calls are only valid on assistant turns, not on a {self.role} turn")
+        if self.pinned and (self.role == "tool" or self.tool_calls):
+            raise ValueError("tool calls and tool results cannot be pinned (their pair would split); "
+                             "pin a user or assistant turn that restates what matters")
         return self
 
     @property

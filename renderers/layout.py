@@ -32,9 +32,9 @@ class Line:
 
 def _display_char(ch: str) -> str:
     cp = ord(ch)
-    if cp < 0x20 or cp == 0x7F:  # C0 controls and DEL -> their Control Pictures glyphs
-        return chr(0x2400 + cp) if cp < 0x20 else "\u2421"
-    if 0xD800 <= cp <= 0xDFFF or 0x80 <= cp <= 0x9F:  # lone surrogates, C1 controls
+    if cp < 0x20 or 0x7F <= cp <= 0x9F:  # C0/C1 controls and DEL: shown as a readable escape
+        return f"\\x{cp:02x}"
+    if 0xD800 <= cp <= 0xDFFF:  # lone surrogates cannot be encoded, let alone drawn
         return REPLACEMENT
     if unicodedata.category(ch) == "Cf":  # bidi overrides, zero-width marks: drawn as nothing
         return ""
@@ -47,10 +47,10 @@ def displayable(text: str, chain: FontChain) -> str:
         return text  # the common case, and every ASCII printable is in DejaVu
     out = []
     for ch in text:
-        ch = _display_char(ch)
-        if ch and chain.face_index(ch) < 0:
-            ch = REPLACEMENT
-        out.append(ch)
+        shown = _display_char(ch)
+        if len(shown) == 1 and chain.face_index(shown) < 0:
+            shown = REPLACEMENT
+        out.append(shown)
     return "".join(out)
 
 

@@ -1,0 +1,139 @@
+"""`optictx` command line: demo, plan, render."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .budget import Budget
+from .cost import COST_MODELS
+from .errors import OptictxError
+from .io import read_jsonl
+from .memory import Memory
+from .report import contact_sheet, plan_table
+from .turns import Turn, to_turn
+
+log = logging.getLogger("optictx")
+T = TypeVar("T")
+
+
+def _progress(items: Sequence[T], desc: str) -> Iterable[T]:
+    """tqdm when it is installed and stderr is a terminal; the items as they are otherwise."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, unit="turn", disable=not sys.stderr.isatty(), leave=False)
+
+
+def _memory(turns: Sequence[Turn], args: argparse.Namespace) -> Memory:
+    mem = Memory(vision=args.vision, budget=Budget(tokens=args.budget), keep_recent=args.keep_recent,
+                 tokens_per_page=args.tokens_per_page)
+    for t in _progress(turns, "packing"):
+        mem.add(t, pin=t.pinned)
+    return mem
+
+
+def _write_pages(ctx: Any, out: Path) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for seg in ctx.pages:
+        if seg.tier.is_image:
+            name = f"page_{seg.page.index:04d}_{seg.tier.value}.png"
+            seg.image.save(out / name)
+            names.append(name)
+    return names
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .sample import sample_conversation
+
+    t0 = time.perf_counter()
+    turns = [to_turn(m) for m in sample_conversation()]
+    mem = _memory(turns, args)
+    ctx = mem.context()
+    out = Path(args.out)
+    names = _write_pages(ctx, out / "pages")
+    (out / "plan.md").write_text(plan_table(ctx, mem.transcript(), mem.stats(ctx)["text_tokens"]) + "\n")
+    contact_sheet(ctx).save(out / "contact_sheet.png")
+    s = mem.stats(ctx)
+    print(f"optictx demo: {s['turns']} turns ({s['text_tokens']} text tokens) -> {ctx.tokens} context tokens "
+          f"under '{ctx.vision.name}' (budget {ctx.budget.limit}), {s['ratio']}x smaller")
+    print(f"  pages per tier: {s['pages']}; sealed pages: {s['sealed_pages']}")
+    print(f"  wrote {len(names)} page images to {out / 'pages'}, {out / 'plan.md'}, {out / 'contact_sheet.png'}")
+    print(f"  took {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    turns = read_jsonl(args.file)
+    mem = _memory(turns, args)
+    ctx = mem.context()
+    print(plan_table(ctx, mem.transcript(), mem.stats(ctx)["text_tokens"]))
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    turns = read_jsonl(args.file)
+    mem = _memory(turns, args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    index = []
+    for page in _progress(mem.pages, "rendering"):
+        name = f"page_{page.index:04d}.png"
+        mem.images.master(page).save(out / name)
+        index.append({"page": page.index, "file": name, "sealed": page.sealed, "turn_ids": list(page.turn_ids),
+                      "text": page.text})
+    (out / "pages.json").write_text(json.dumps(index, ensure_ascii=False, indent=1))
+    print(f"rendered {len(index)} pages at {mem.render.size}px to {out} (pages.json lists their text and turns)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="optictx", description="Agent memory that fits any context budget.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--budget", type=int, default=8192, help="context budget in tokens (default 8192)")
+        sp.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS), help="consumer cost model")
+        sp.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
+        sp.add_argument("--tokens-per-page", type=int, default=1000)
+
+    demo = sub.add_parser("demo", help="shipped sample conversation -> pages, plan table, contact sheet")
+    common(demo)
+    demo.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
+    demo.set_defaults(func=cmd_demo)
+    plan = sub.add_parser("plan", help="print where every turn of FILE.jsonl goes under a budget")
+    plan.add_argument("file")
+    common(plan)
+    plan.set_defaults(func=cmd_plan)
+    render = sub.add_parser("render", help="draw every page of FILE.jsonl at the master size")
+    render.add_argument("file")
+    render.add_argument("--out", required=True)
+    common(render)
+    render.set_defaults(func=cmd_render)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args))
+    except OptictxError as exc:
+        print(f"optictx: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # invalid settings (pydantic) are user errors too
+        print(f"optictx: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

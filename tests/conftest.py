@@ -1,0 +1,50 @@
+"""Shared test helpers: conversations built from the shipped sample and from hypothesis."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import strategies as st
+
+from optictx.sample import sample_conversation
+
+needs_tesseract = pytest.mark.skipif(
+    shutil.which("tesseract") is None,
+    reason="tesseract binary not found: apt-get install tesseract-ocr (make test does this as root)",
+)
+
+
+@pytest.fixture(scope="session")
+def sample() -> list[dict]:
+    return sample_conversation()
+
+
+_words = st.text(alphabet="abcdefghij klmnop 0123456789.,\n", min_size=0, max_size=400)
+
+
+@st.composite
+def conversations(draw, max_events: int = 30) -> list[dict]:
+    """Random agent conversations: user/assistant text, tool groups, system and pinned turns."""
+    msgs: list[dict] = []
+    n = draw(st.integers(0, max_events))
+    call = 0
+    for _ in range(n):
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools", "system", "pinned"]))
+        if kind in ("user", "assistant"):
+            msgs.append({"role": kind, "content": draw(_words)})
+        elif kind == "system":
+            msgs.append({"role": "system", "content": draw(st.text(max_size=60))})
+        elif kind == "pinned":
+            msgs.append({"role": "user", "content": draw(st.text(max_size=80)), "pinned": True})
+        else:
+            k = draw(st.integers(1, 3))
+            ids = [f"c{call + i}" for i in range(k)]
+            call += k
+            calls = [{"id": i, "type": "function",
+                      "function": {"name": "run", "arguments": json.dumps({"n": j})}} for j, i in enumerate(ids)]
+            msgs.append({"role": "assistant", "content": None, "tool_calls": calls})
+            for i in ids:
+                msgs.append({"role": "tool", "tool_call_id": i, "content": draw(_words)})
+    return msgs

@@ -1,0 +1,67 @@
+from optictx import Turn
+from optictx.packer import Packer, turn_blocks
+from optictx.renderers import Layout, RenderConfig
+from optictx.tokens import get_tokenizer
+
+
+def _packer(tpp=300):
+    return Packer(Layout(RenderConfig()), get_tokenizer(), tpp)
+
+
+def _turns(n, words=120):
+    return [Turn(role="user" if i % 2 else "assistant", content=f"turn {i} " + "lorem ipsum " * words, id=i)
+            for i in range(n)]
+
+
+def test_pages_respect_density_and_keep_order():
+    p = _packer(300)
+    for t in _turns(12):
+        p.add(t)
+    pages = p.sealed + p.preview()
+    assert all(pg.tokens_estimate <= 300 for pg in pages)
+    assert all(sum(ln.height for ln in pg.lines) <= p.layout.config.text_height for pg in pages)
+    order = [tid for pg in pages for tid in pg.turn_ids]
+    assert order == sorted(order)
+    assert set(order) == set(range(12))
+    assert [pg.index for pg in pages] == list(range(len(pages)))
+
+
+def test_sealed_pages_never_change():
+    p = _packer(300)
+    for t in _turns(6):
+        p.add(t)
+    before = [(pg.digest, pg.text) for pg in p.sealed]
+    for t in _turns(20)[6:]:
+        p.add(t)
+    assert [(pg.digest, pg.text) for pg in p.sealed[: len(before)]] == before
+
+
+def test_preview_does_not_seal_or_mutate():
+    p = _packer(300)
+    for t in _turns(3):
+        p.add(t)
+    n = len(p.sealed)
+    extra = p.preview(_turns(10)[3:])
+    assert len(p.sealed) == n and not any(pg.sealed for pg in extra)
+    assert p.preview() == [] or p.preview()[0].entries == p.preview()[0].entries
+
+
+def test_long_turn_spans_pages_and_short_turns_share_one():
+    p = _packer(1000)
+    p.add(Turn(role="user", content="word " * 3000, id=0))
+    for i in range(1, 5):
+        p.add(Turn(role="user", content="short", id=i))
+    pages = p.sealed + p.preview()
+    assert sum(1 for pg in pages if 0 in pg.turn_ids) >= 2
+    assert set(range(1, 5)) <= set(pages[-1].turn_ids)
+
+
+def test_turn_blocks_style_code_and_tool_calls():
+    t = Turn(role="assistant", content="look:\n```py\nx = 1\n```\ndone", id=3,
+             tool_calls=[{"id": "c1", "function": {"name": "grep", "arguments": "{}"}}])
+    blocks = turn_blocks(t)
+    assert [b.style for b in blocks] == ["header", "text", "code", "text", "code"]
+    assert blocks[0].text == "#3 ASSISTANT"
+    assert "grep({})" in blocks[-1].text and "c1" in blocks[-1].text
+    tool = Turn(role="tool", tool_call_id="c1", content="out", id=4)
+    assert [b.style for b in turn_blocks(tool)] == ["header", "code"]

@@ -1,0 +1,70 @@
+import hashlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optictx.renderers import Block, Layout, RenderConfig, draw_page
+from optictx.renderers.fonts import REPLACEMENT
+
+LAYOUT = Layout(RenderConfig())
+
+
+def _render(blocks):
+    lines = [ln for b in blocks for ln in LAYOUT.lines(b)]
+    return lines, *draw_page(lines[:40], LAYOUT)
+
+
+def test_rendering_is_deterministic():
+    blocks = [Block("#1 USER", "header"), Block("Hello, world. " * 30), Block("def f():\n\treturn 1", "code")]
+    a = _render(blocks)[1].tobytes()
+    b = _render(blocks)[1].tobytes()
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+
+
+def test_master_is_square_and_boxes_follow_lines():
+    lines, img, boxes = _render([Block("#1 USER", "header"), Block("some words " * 50)])
+    assert img.size == (1280, 1280)
+    assert [b.text for b in boxes] == [ln.text for ln in lines[:40]]
+    ys = [b.box[1] for b in boxes]
+    assert ys == sorted(ys) and all(b.box[3] <= 1280 for b in boxes)
+    # The header band is drawn: its box is darker than the page background on average.
+    x0, y0, x1, y1 = boxes[0].box
+    assert img.crop((x0, y0, x1, y1)).resize((1, 1), 2).getpixel((0, 0)) < 240
+
+
+def test_long_words_and_urls_wrap_within_the_width():
+    url = "https://example.com/" + "a1b2c3" * 60
+    lines = LAYOUT.lines(Block(f"see {url} now"))
+    width = LAYOUT.config.text_width
+    measure = LAYOUT._m["text"].width
+    assert len(lines) > 2
+    assert all(measure(ln.text) <= width for ln in lines)
+    assert "".join(ln.text for ln in lines).replace(" ", "") == f"see{url}now"
+
+
+def test_code_keeps_whitespace_and_expands_tabs():
+    lines = LAYOUT.lines(Block("if x:\n\tpass\n    two  spaces", "code"))
+    assert [ln.text for ln in lines] == ["if x:", "    pass", "    two  spaces"]
+
+
+def test_controls_surrogates_and_unknown_glyphs_become_visible_symbols():
+    text = "a\x00b\x1bc\ud800d\u202eE\U000e0001"
+    (line,) = LAYOUT.lines(Block(text))
+    assert "\ud800" not in line.text and "\u202e" not in line.text
+    assert line.text.startswith("a\\x00b\\x1bc" + REPLACEMENT + "dE")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=300), st.sampled_from(["text", "code", "header"]))
+def test_any_unicode_lays_out_and_draws(text, style):
+    lines = LAYOUT.lines(Block(text, style))
+    img, boxes = draw_page(lines[:40], LAYOUT)
+    assert len(boxes) == min(40, len(lines))
+    for ln in lines:
+        ln.text.encode("utf-8")  # what is drawn is always valid text
+
+
+def test_rtl_and_cjk_render_without_error():
+    for text in ("שלום עולם", "مرحبا بالعالم", "漢字かな交じり文", "emoji 🙂👍🏽"):
+        lines = LAYOUT.lines(Block(text))
+        draw_page(lines, LAYOUT)

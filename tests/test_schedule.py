@@ -1,0 +1,173 @@
+"""The scheduler's invariants (DESIGN.md "Scheduler rules"), as properties over random memories."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import conversations
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optictx import COST_MODELS, Budget, BudgetError, Memory, Tier
+from optictx.schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
+
+PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+VISIONS = st.sampled_from(list(COST_MODELS))
+
+
+def _memory(msgs, budget, keep_recent, vision, tpp=200):
+    mem = Memory(vision=vision, budget=Budget(tokens=budget), keep_recent=keep_recent, tokens_per_page=tpp)
+    for m in msgs:
+        mem.add(m)
+    return mem
+
+
+def _context_or_error(mem):
+    try:
+        return mem.context(), None
+    except BudgetError as exc:
+        return None, exc
+
+
+memories = st.builds(
+    _memory, conversations(), st.integers(1, 6000), st.integers(0, 8), VISIONS, st.sampled_from([64, 200, 1000])
+)
+
+
+@PROPS
+@given(memories)
+def test_never_over_budget_else_budget_error_with_shortfall(mem):
+    ctx, err = _context_or_error(mem)
+    fixed = sum(mem._tokens[t.id] for t in mem.transcript() if t.role == "system" or t.pinned)
+    if err is not None:
+        assert fixed > mem.budget.limit
+        assert err.shortfall == fixed - mem.budget.limit
+        assert str(err.shortfall) in str(err)
+    else:
+        assert ctx.tokens <= mem.budget.limit
+        assert ctx.tokens == sum(s.tokens for s in ctx.segments)
+
+
+@PROPS
+@given(memories)
+def test_system_and_pinned_turns_stay_text(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    texts = {s.turn.id for s in ctx.text_segments if s.turn is not None}
+    for t in mem.transcript():
+        if t.role == "system" or t.pinned:
+            assert t.id in texts
+            assert not any(t.id in p.turn_ids for p in ctx.pages)
+
+
+@PROPS
+@given(memories)
+def test_recent_turns_stay_text_while_they_fit(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    conversational = [t for t in mem.transcript() if t.role != "system" and not t.pinned]
+    recent = mem.recent
+    assert recent == conversational[len(conversational) - len(recent):]
+    fixed = sum(mem._tokens[t.id] for t in mem.transcript() if t.role == "system" or t.pinned)
+    if fixed + sum(mem._tokens[t.id] for t in recent) <= mem.budget.limit:
+        native = [s.turn.id for s in ctx.text_segments if s.kind == "recent"]
+        assert native == [t.id for t in recent]
+    # at least keep_recent conversational turns are held out of the pages (orphan tool results aside)
+    if not any(t.role == "tool" for t in conversational):
+        assert len(recent) >= min(mem.keep_recent, len(conversational))
+
+
+@PROPS
+@given(memories)
+def test_tool_calls_and_results_never_split(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    native = [s.turn for s in ctx.text_segments if s.kind == "recent"]
+    answered = {t.tool_call_id for t in mem.transcript() if t.role == "tool"}
+    seen_calls: set[str] = set()
+    for t in native:
+        seen_calls.update(t.call_ids)
+        if t.role == "tool":
+            assert t.tool_call_id in seen_calls, "a tool result without its call in the text part"
+    native_results = {t.tool_call_id for t in native if t.role == "tool"}
+    assert (seen_calls & answered) <= native_results, "a call in the text part whose result went to a page"
+    for m in ctx.to_openai():
+        if m["role"] == "tool":
+            assert any(c["id"] == m["tool_call_id"] for p in ctx.to_openai() for c in p.get("tool_calls", []))
+
+
+@PROPS
+@given(memories)
+def test_decay_is_monotone_in_age(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    tiers = sorted([(p.page.index, p.tier) for p in ctx.pages] + [(p.index, Tier.GONE) for p in ctx.gone])
+    ranks = [t.rank for _, t in tiers]
+    assert ranks == sorted(ranks), tiers
+
+
+@PROPS
+@given(memories)
+def test_images_only_where_they_pay(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    for p in ctx.pages:
+        if p.tier.is_image:
+            assert p.tokens < mem.tokenizer.count(p.text), (p.tier, p.tokens)
+            assert p.tokens == ctx.vision.page_tokens(p.tier)
+
+
+@PROPS
+@given(memories)
+def test_no_turn_is_lost_every_turn_is_somewhere(mem):
+    ctx, err = _context_or_error(mem)
+    if ctx is None:
+        return
+    placed = {tid for s in ctx.segments for tid in s.turn_ids} | {tid for p in ctx.gone for tid in p.turn_ids}
+    assert placed == {t.id for t in mem.transcript()}
+    kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "recent": 4}
+    assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+
+
+def test_default_ladder_by_age_then_budget_demotes_oldest_first():
+    costs = page_costs([1000] * 10, COST_MODELS["deepseek-ocr"])
+    roomy = schedule(costs, 10**6, AgeLadder(), OldestFirst())
+    assert roomy == [Tier.TINY] * 3 + [Tier.SMALL] * 4 + [Tier.BASE] * 2 + [Tier.LARGE]
+    tight = schedule(costs, 1600, AgeLadder(), OldestFirst(batch=4))
+    assert sum(c.cost(t) for c, t in zip(costs, tight)) <= 1600
+    # The oldest block of 4 pages stepped down together (TINY -> GONE, SMALL -> TINY); the rest kept.
+    assert tight[:4] == [Tier.GONE] * 3 + [Tier.TINY]
+    assert tight[4:] == roomy[4:]
+
+
+def test_demotions_are_batched_so_the_prefix_changes_rarely():
+    """Adding pages one by one under a fixed budget: the tier of page 0 changes in few steps."""
+    model = COST_MODELS["deepseek-ocr"]
+    history = []
+    for n in range(1, 60):
+        tiers = schedule(page_costs([1000] * n, model), 2500, AgeLadder(), OldestFirst(batch=4))
+        history.append(tuple(tiers[:8]))
+    changes = sum(1 for a, b in zip(history, history[1:]) if a[: len(b)] != b[: len(a)])
+    assert changes < len(history) // 2
+
+
+def test_text_page_is_kept_when_images_do_not_pay():
+    anthropic = COST_MODELS["anthropic"]
+    tiers = schedule(page_costs([400, 400], anthropic), 10**6, AgeLadder(), OldestFirst())
+    assert tiers == [Tier.TEXT, Tier.TEXT]  # a 640 px page costs Claude 547 > 400 text tokens
+
+
+def test_ladder_must_decay():
+    with pytest.raises(ValueError, match="sharper with age"):
+        AgeLadder(steps=((1, Tier.TINY), (1, Tier.LARGE)))
+
+
+def test_page_cost_options_only_list_paying_tiers():
+    c = PageCost(200, {t: COST_MODELS["deepseek-ocr"].page_tokens(t) for t in
+                       (Tier.GUNDAM, Tier.LARGE, Tier.BASE, Tier.SMALL, Tier.TINY)})
+    assert c.options == (Tier.TEXT, Tier.SMALL, Tier.TINY, Tier.GONE)
