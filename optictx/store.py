@@ -99,7 +99,8 @@ class SQLiteStore:
     def turns(self) -> list[Turn]:
         try:
             rows = self._db.execute("SELECT body FROM turns ORDER BY id").fetchall()
-            return [Turn.model_validate_json(body) for (body,) in rows]
+            # json.loads, not pydantic's parser: only the stdlib one accepts lone-surrogate escapes.
+            return [Turn.model_validate(json.loads(body)) for (body,) in rows]
         except (sqlite3.DatabaseError, ValueError) as exc:
             raise StoreError(f"{self.path}: corrupt turn data ({exc})") from exc
 
@@ -116,5 +117,5 @@ class SQLiteStore:
 
 
 def _dump(turn: Turn) -> str:
-    # surrogatepass-safe: lone surrogates survive as JSON \ud800 escapes.
+    # ensure_ascii: lone surrogates survive as \ud800 escapes instead of failing to encode.
     return json.dumps(turn.model_dump(mode="python"), ensure_ascii=True, default=str)

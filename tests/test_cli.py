@@ -1,0 +1,64 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from optictx.cli import main
+from optictx.io import read_jsonl, write_jsonl
+from optictx.sample import sample_conversation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_sample_matches_its_generator():
+    committed = [json.loads(line) for line in (ROOT / "examples/sample_agent.jsonl").read_text().splitlines()]
+    assert committed == sample_conversation()
+    assert len(committed) >= 300
+    assert sum(1 for m in committed if m["role"] == "tool") >= 100
+
+
+def test_demo_writes_pages_plan_and_contact_sheet(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "optictx demo:" in out and "x smaller" in out
+    assert (tmp_path / "contact_sheet.png").stat().st_size > 10_000
+    assert list((tmp_path / "pages").glob("page_*_*.png"))
+    plan = (tmp_path / "plan.md").read_text()
+    assert "| turn | role | placed | tokens |" in plan and "tiny" in plan
+
+
+def test_plan_prints_every_turn(tmp_path, capsys):
+    f = tmp_path / "c.jsonl"
+    write_jsonl(f, sample_conversation(tasks=3))
+    assert main(["plan", str(f), "--budget", "3000", "--vision", "anthropic"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n| ") >= len(read_jsonl(f))
+    assert "under `anthropic`" in out
+
+
+def test_render_writes_every_page_with_its_text(tmp_path):
+    f = tmp_path / "c.jsonl"
+    write_jsonl(f, sample_conversation(tasks=2))
+    assert main(["render", str(f), "--out", str(tmp_path / "r")]) == 0
+    index = json.loads((tmp_path / "r/pages.json").read_text())
+    assert index and all((tmp_path / "r" / p["file"]).is_file() for p in index)
+
+
+def test_malformed_jsonl_names_the_line(tmp_path, capsys):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"role": "user", "content": "ok"}\n{"role": "user", "content": \n')
+    assert main(["plan", str(f)]) == 2
+    assert "bad.jsonl:2: not valid JSON" in capsys.readouterr().err
+    f.write_text('{"role": "wizard", "content": "x"}\n')
+    assert main(["plan", str(f)]) == 2
+    assert "bad.jsonl:1: not a valid message" in capsys.readouterr().err
+
+
+def test_missing_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nope.jsonl")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_python_dash_m_entry_point():
+    out = subprocess.run([sys.executable, "-m", "optictx", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "demo" in out.stdout

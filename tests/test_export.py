@@ -1,0 +1,136 @@
+"""Exporters, checked by the SDKs' own request types and by the real clients over loopback."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from PIL import Image
+from pydantic import TypeAdapter
+
+from optictx import Budget, Memory
+
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def ctx(sample):
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=6)
+    for m in sample[:120]:
+        mem.add(m)
+    mem.add({"role": "user", "content": [{"type": "text", "text": "and this screenshot"},
+                                         {"type": "image_url", "image_url": {"url": _tiny_png_uri()}}]})
+    return mem.context()
+
+
+def _tiny_png_uri() -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_openai_shape(ctx):
+    msgs = ctx.to_openai()
+    assert msgs[0]["role"] == "system"
+    pages = msgs[1]
+    assert pages["role"] == "user" and pages["content"][0]["type"] == "text"
+    assert "rendered as page images, oldest first" in pages["content"][0]["text"]
+    images = [p for p in pages["content"] if p["type"] == "image_url"]
+    assert len(images) == sum(1 for p in ctx.pages if p.tier.is_image)
+    png = base64.b64decode(images[0]["image_url"]["url"].split(",", 1)[1])
+    assert Image.open(io.BytesIO(png)).size == (ctx.pages[0].tier.side,) * 2
+    from openai.types.chat import ChatCompletionMessageParam
+
+    TypeAdapter(list[ChatCompletionMessageParam]).validate_python(msgs)
+
+
+def test_anthropic_shape(ctx):
+    system, msgs = ctx.to_anthropic()
+    assert system.startswith("You are a careful software agent")
+    assert msgs[0]["role"] == "user"
+    roles = [m["role"] for m in msgs]
+    assert all(a != b for a, b in zip(roles, roles[1:])), "roles must alternate"
+    uses = {b["id"] for m in msgs for b in m["content"] if b["type"] == "tool_use"}
+    results = {b["tool_use_id"] for m in msgs for b in m["content"] if b["type"] == "tool_result"}
+    assert results <= uses
+    # The SDK's TypedDicts accept incomplete blocks, so check the image blocks by hand as well.
+    images = [b for m in msgs for b in m["content"] if b["type"] == "image"]
+    assert len(images) == sum(1 for p in ctx.pages if p.tier.is_image) + 1  # + the user's screenshot
+    for b in images:
+        assert b["source"]["type"] == "base64" and b["source"]["media_type"] == "image/png"
+        Image.open(io.BytesIO(base64.b64decode(b["source"]["data"]))).verify()
+    assert all(b["text"].strip() for m in msgs for b in m["content"] if b["type"] == "text")
+    from anthropic.types import MessageParam
+
+    TypeAdapter(list[MessageParam]).validate_python(msgs)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        _Recorder.bodies.append({"path": self.path, "body": body})
+        if self.path.endswith("/chat/completions"):
+            reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": "ok"}}]}
+        else:
+            reply = {"id": "msg_x", "type": "message", "role": "assistant", "model": body["model"],
+                     "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                     "usage": {"input_tokens": 1, "output_tokens": 1}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_real_openai_client_sends_the_context(ctx, server):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="test", max_retries=0)
+    out = client.chat.completions.create(model="gpt-4o", messages=ctx.to_openai())
+    assert out.choices[0].message.content == "ok"
+    sent = _Recorder.bodies[-1]["body"]["messages"]
+    assert sent == ctx.to_openai()
+
+
+def test_real_anthropic_client_sends_the_context(ctx, server):
+    client = anthropic.Anthropic(base_url=server, api_key="test", max_retries=0)
+    system, messages = ctx.to_anthropic()
+    out = client.messages.create(model="claude-x", max_tokens=16, system=system, messages=messages)
+    assert out.content[0].text == "ok"
+    assert _Recorder.bodies[-1]["body"]["messages"] == messages
+
+
+def test_text_tier_pages_and_broken_tool_json_export_cleanly():
+    mem = Memory(vision="anthropic", budget=Budget(tokens=50000), keep_recent=1)
+    mem.add({"role": "user", "content": "hi"})
+    mem.add({"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{bad"}}]})
+    mem.add({"role": "tool", "tool_call_id": "c1", "content": ""})
+    mem.add({"role": "assistant", "tool_calls": [{"id": "c2", "function": {"name": "g", "arguments": "{bad"}}]})
+    mem.add({"role": "tool", "tool_call_id": "c2", "content": ""})
+    ctx = mem.context()
+    assert any(p.tier.value == "text" for p in ctx.pages)
+    system, msgs = ctx.to_anthropic()
+    uses = [b for m in msgs for b in m["content"] if b["type"] == "tool_use"]
+    assert uses and uses[0]["input"] == {"_unparsed_arguments": "{bad"}
+    from anthropic.types import MessageParam
+
+    TypeAdapter(list[MessageParam]).validate_python(msgs)
