@@ -43,7 +43,7 @@ def turn_blocks(turn: Turn) -> list[Block]:
         if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
             blocks.append(Block(text[pos:].strip("\n"), "text"))
     for call in turn.tool_calls:
-        blocks.append(Block(f"\u2192 {call.function.name}({call.function.arguments})  [{call.id}]", "code"))
+        blocks.append(Block(f"call {call.function.name}({call.function.arguments})  [{call.id}]", "code"))
     return blocks
 
 

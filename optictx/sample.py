@@ -8,6 +8,8 @@ JSON with ids and amounts, diffs, and the exact numbers that optical compression
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import random
 import uuid
@@ -163,3 +165,18 @@ def sample_conversation(seed: int = 7, tasks: int = 24) -> list[dict[str, Any]]:
                               f"    assert {module}.compute_total(items) == Decimal(\"0.30\")\n```\n"
                               "It failed before the fix and passes now.")
     return chat.turns
+
+
+PROSE_MODULES = ("argparse", "collections", "email", "json", "logging", "pathlib", "subprocess", "textwrap",
+                 "dataclasses", "functools", "itertools", "unittest", "asyncio", "decimal", "sqlite3")
+
+
+def prose_corpus(chunk: int = 3000) -> list[str]:
+    """English prose that every machine has offline: class docstrings of the standard library,
+    whitespace-folded, in chunks of about `chunk` characters."""
+    docs = []
+    for name in PROSE_MODULES:
+        mod = importlib.import_module(name)
+        docs += [inspect.getdoc(obj) or "" for _, obj in inspect.getmembers(mod, inspect.isclass)]
+    text = "\n\n".join(" ".join(d.split()) for d in docs if len(d) > 200)
+    return [text[i : i + chunk] for i in range(0, len(text), chunk)]

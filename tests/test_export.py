@@ -134,3 +134,36 @@ def test_text_tier_pages_and_broken_tool_json_export_cleanly():
     from anthropic.types import MessageParam
 
     TypeAdapter(list[MessageParam]).validate_python(msgs)
+
+
+def _run_example(name, env_extra=None):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / name
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPTICTX_")} | (env_extra or {})
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_agent_loop_without_endpoint_prints_what_it_would_send():
+    out = _run_example("agent_loop.py")
+    assert out.returncode == 0, out.stderr
+    assert "nothing sent" in out.stdout and "x fewer" in out.stdout
+
+
+def test_agent_loop_sends_to_an_openai_compatible_endpoint(server):
+    n = len(_Recorder.bodies)
+    out = _run_example("agent_loop.py", {"OPTICTX_BASE_URL": f"{server}/v1", "OPTICTX_MODEL": "local"})
+    assert out.returncode == 0, out.stderr
+    sent = _Recorder.bodies[n:]
+    assert len(sent) == 3 and all(b["body"]["model"] == "local" for b in sent)
+    assert any(p.get("type") == "image_url" for m in sent[0]["body"]["messages"]
+               if isinstance(m.get("content"), list) for p in m["content"])
+
+
+def test_quickstart_runs():
+    out = _run_example("quickstart.py")
+    assert out.returncode == 0, out.stderr
+    assert "'tokens'" in out.stdout

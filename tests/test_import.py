@@ -3,7 +3,8 @@ import sys
 
 
 def test_import_does_not_pull_torch_or_transformers():
-    code = "import optictx, optictx.renderers, sys; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    code = ("import optictx, optictx.renderers, sys; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -1,0 +1,93 @@
+"""Memory costs: building a 100k-token memory vs the rendering floor, context() latency on
+1,000 sealed pages, and the cost of one more add as history grows.
+
+    python benchmarks/memory.py [--tokens 100000] [--quick]
+
+1. Floor: every page of the conversation drawn once by a bare Pillow loop (benchmarks/render.py's
+   baseline). Ours: Memory.add turn by turn, context() under a budget that keeps every page as an
+   image, and every page image materialised at its tier. Same pages, same run.
+2. context() on a memory with 1,000 sealed pages (images not touched: they are lazy and cached).
+3. Mean time of 200 adds after the memory already holds N turns, for N = 100, 1k, 10k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import best_of, conversation_of
+from render import bare_pillow
+
+from optictx import Budget, Memory
+
+
+def build(msgs, budget: int) -> tuple[Memory, float]:
+    t0 = time.perf_counter()
+    mem = Memory(budget=Budget(tokens=budget), keep_recent=4)
+    for m in msgs:
+        mem.add(m)
+    ctx = mem.context()
+    for seg in ctx.pages:
+        _ = seg.image
+    return mem, time.perf_counter() - t0
+
+
+def floor_and_build(tokens: int) -> None:
+    msgs = conversation_of(tokens)
+    probe = Memory(budget=Budget(tokens=10**7))
+    for m in msgs:
+        probe.add(m)
+    pages = probe.pages
+    text_tokens = probe.stats()["text_tokens"]
+    floor = best_of(lambda: [bare_pillow(p.lines, probe.layout) for p in pages], 2)
+    budget = 300 * len(pages)  # room for every page as an image, so every page is drawn
+    mem, ours = min((build(msgs, budget) for _ in range(2)), key=lambda r: r[1])
+    ctx = mem.context()
+    assert not ctx.gone and mem.images.renders == len(ctx.pages), "every page drawn exactly once"
+    print(f"1. {len(msgs)} turns, {text_tokens} text tokens, {len(pages)} pages "
+          f"({mem.images.renders} renders, tiers {ctx.report()['pages']})")
+    print(f"   floor (bare Pillow, every page once): {floor:6.2f} s")
+    print(f"   optictx add + context + page images : {ours:6.2f} s  -> {ours / floor:.2f}x (target <= 1.3x)")
+
+
+def context_latency(pages_wanted: int) -> None:
+    mem = Memory(budget=Budget(tokens=8192), keep_recent=4, tokens_per_page=1000)
+    tasks = 0
+    while len(mem._packer.sealed) < pages_wanted:
+        for m in conversation_of(20_000)[1:]:
+            mem.add(m)
+        tasks += 1
+    n = len(mem._packer.sealed)
+    mem.context()  # warm
+    t = best_of(mem.context, 20)
+    print(f"2. context() with {n} sealed pages ({len(mem)} turns): {t * 1000:.2f} ms (target < 20 ms)")
+
+
+def add_curve(sizes: list[int]) -> None:
+    msgs = conversation_of(2_000_000)
+    mem = Memory(budget=Budget(tokens=8192), keep_recent=4)
+    done = 0
+    print("3. mean add() after N turns:")
+    for n in sizes:
+        while done < n:
+            mem.add(msgs[done % len(msgs)])
+            done += 1
+        t0 = time.perf_counter()
+        for k in range(200):
+            mem.add(msgs[(done + k) % len(msgs)])
+        done += 200
+        print(f"   N={n:>6}: {(time.perf_counter() - t0) / 200 * 1e6:8.1f} us/add")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=100_000)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = ap.parse_args()
+    floor_and_build(args.tokens // 10 if args.quick else args.tokens)
+    context_latency(100 if args.quick else 1000)
+    add_curve([100, 1000] if args.quick else [100, 1000, 10_000])
+
+
+if __name__ == "__main__":
+    main()
