@@ -44,13 +44,23 @@ IMAGE_TIERS: tuple[Tier, ...] = tuple(_SIDE)
 
 
 def tier_image(master: Image.Image, tier: Tier) -> Image.Image:
-    """The master downscaled to the tier's side (Lanczos). The master itself when sizes match."""
+    """The master downscaled to the tier's side; the master itself when sizes match.
+
+    An integer factor (1280 -> 640) is an exact box average (`reduce`): Tesseract read it as well
+    as Lanczos (prose 99.96% vs 99.89%, agent 94.2% vs 93.6%) in a quarter of the time. The rest
+    of the way (640 -> 512, 1280 -> 1024) is bilinear: at TINY it read within 0.3 points of direct
+    Lanczos (prose 99.77% vs 99.86%, agent 91.7% vs 92.0%; 3 pages each) at 6x the speed.
+    """
     side = tier.side
     if side is None:
         raise ValueError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
-    if master.size == (side, side):
-        return master
-    return master.resize((side, side), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    img = master
+    factor = master.width // side
+    if factor >= 2 and master.width == master.height:
+        img = master.reduce(factor)
+    if img.size == (side, side):
+        return img
+    return img.resize((side, side), Image.Resampling.BILINEAR)
 
 
 def gundam_views(

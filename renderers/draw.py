@@ -31,7 +31,10 @@ def lines_height(lines: Sequence[Line]) -> int:
 
 def _draw_runs(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, chain: FontChain) -> None:
     faces = chain.faces
-    runs = chain.runs(text) if not text.isascii() else [(0, text)]
+    if text.isascii():
+        draw.text(xy, text, font=faces[0].font, fill=0)
+        return
+    runs = chain.runs(text)
     x, y = xy
     for i, run in runs:
         face = faces[i]

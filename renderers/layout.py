@@ -64,11 +64,14 @@ class Measurer:
     def width(self, s: str) -> float:
         w = self._cache.get(s)
         if w is None:
-            w = 0.0
             faces = self.chain.faces
-            for i, run in self.chain.runs(s):
-                face = faces[i]
-                w += (face.bidi if is_rtl(run) else face.font).getlength(run)
+            if s.isascii():  # the primary faces cover all of ASCII: no coverage lookups needed
+                w = faces[0].font.getlength(s)
+            else:
+                w = 0.0
+                for i, run in self.chain.runs(s):
+                    face = faces[i]
+                    w += (face.bidi if is_rtl(run) else face.font).getlength(run)
             if len(self._cache) < 200_000:
                 self._cache[s] = w
         return w
