@@ -10,29 +10,40 @@ Two small strategies, each behind one method: a decay ladder (tier by page age) 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .cost import CostModel
 from .tiers import IMAGE_TIERS, Tier
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PageCost:
-    """What each tier of one page costs; `options` are the tiers it may take, sharpest first."""
+    """What each tier of one page costs; `options` are the tiers it may take, sharpest first.
+
+    The lookups the fitter makes per step are precomputed: a context over a thousand pages runs
+    tens of thousands of them.
+    """
 
     text_tokens: int
-    costs: dict[Tier, int]
+    costs: Mapping[Tier, int]
+    options: tuple[Tier, ...] = field(init=False)
+    _cost: dict[Tier, int] = field(init=False, repr=False)
+    _below: dict[Tier, Tier] = field(init=False, repr=False)
 
-    @property
-    def options(self) -> tuple[Tier, ...]:
+    def __post_init__(self) -> None:
         paying = tuple(t for t in IMAGE_TIERS if self.costs[t] < self.text_tokens)
-        return (Tier.TEXT, *paying, Tier.GONE)
+        options = (Tier.TEXT, *paying, Tier.GONE)
+        cost = {Tier.TEXT: self.text_tokens, Tier.GONE: 0, **self.costs}
+        below = {t: next(u for u in options if u.rank < t.rank and cost[u] < cost[t])
+                 for t in options if t is not Tier.GONE}
+        object.__setattr__(self, "options", options)
+        object.__setattr__(self, "_cost", cost)
+        object.__setattr__(self, "_below", below)
 
     def cost(self, tier: Tier) -> int:
-        if tier is Tier.TEXT:
-            return self.text_tokens
-        return 0 if tier is Tier.GONE else self.costs[tier]
+        return self._cost[tier]
 
     def best_at_most(self, rank: int) -> Tier:
         """The sharpest option whose rank is <= `rank` (GONE at worst)."""
@@ -40,13 +51,18 @@ class PageCost:
 
     def below(self, tier: Tier) -> Tier:
         """The next option below `tier` that is strictly cheaper (GONE at worst)."""
-        here = self.cost(tier)
-        return next(t for t in self.options if t.rank < tier.rank and self.cost(t) < here)
+        return self._below[tier]
+
+
+@lru_cache(maxsize=8192)
+def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...]) -> PageCost:
+    return PageCost(text_tokens, dict(per_tier))
 
 
 def page_costs(text_tokens: Sequence[int], model: CostModel) -> list[PageCost]:
-    per_tier = {t: model.page_tokens(t) for t in IMAGE_TIERS}  # square pages: same for every page
-    return [PageCost(n, per_tier) for n in text_tokens]
+    """Cost tables for pages of these text sizes; equal sizes share one immutable table."""
+    per_tier = tuple((t, model.page_tokens(t)) for t in IMAGE_TIERS)  # square pages: same for all
+    return [_page_cost(n, per_tier) for n in text_tokens]
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,7 @@ class Tier(str, Enum):
     TINY = "tiny"
     GONE = "gone"
 
-    @property
-    def rank(self) -> int:
-        """Higher is sharper: TEXT 6 ... GONE 0. Decay never raises a page's rank with age."""
-        return _RANK[self]
+    rank: int  # higher is sharper: TEXT 6 ... GONE 0 (set below; a plain attribute: hot in the fitter)
 
     @property
     def side(self) -> int | None:
@@ -39,7 +36,8 @@ class Tier(str, Enum):
 # GUNDAM sends the full master; the consumer tiles it (DeepSeek-OCR: 2x2 tiles of 640 + a 1024
 # global view for a square 1280 page). The other sides are DeepSeek-OCR's native modes.
 _SIDE = {Tier.GUNDAM: 1280, Tier.LARGE: 1280, Tier.BASE: 1024, Tier.SMALL: 640, Tier.TINY: 512}
-_RANK = {t: 6 - i for i, t in enumerate(Tier)}
+for _i, _t in enumerate(Tier):
+    _t.rank = 6 - _i
 IMAGE_TIERS: tuple[Tier, ...] = tuple(_SIDE)
 
 
