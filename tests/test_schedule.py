@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import conversations
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Tier
@@ -26,6 +26,13 @@ def _context_or_error(mem):
         return mem.context(), None
     except BudgetError as exc:
         return None, exc
+
+
+def _fitted(mem):
+    """The context; examples whose pinned text alone is over budget are discarded (tested above)."""
+    ctx, _ = _context_or_error(mem)
+    assume(ctx is not None)
+    return ctx
 
 
 memories = st.builds(
@@ -50,9 +57,7 @@ def test_never_over_budget_else_budget_error_with_shortfall(mem):
 @PROPS
 @given(memories)
 def test_system_and_pinned_turns_stay_text(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     texts = {s.turn.id for s in ctx.text_segments if s.turn is not None}
     for t in mem.transcript():
         if t.role == "system" or t.pinned:
@@ -63,9 +68,7 @@ def test_system_and_pinned_turns_stay_text(mem):
 @PROPS
 @given(memories)
 def test_recent_turns_stay_text_while_they_fit(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     conversational = [t for t in mem.transcript() if t.role != "system" and not t.pinned]
     recent = mem.recent
     assert recent == conversational[len(conversational) - len(recent):]
@@ -81,9 +84,7 @@ def test_recent_turns_stay_text_while_they_fit(mem):
 @PROPS
 @given(memories)
 def test_tool_calls_and_results_never_split(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     native = [s.turn for s in ctx.text_segments if s.kind == "recent"]
     answered = {t.tool_call_id for t in mem.transcript() if t.role == "tool"}
     seen_calls: set[str] = set()
@@ -101,9 +102,7 @@ def test_tool_calls_and_results_never_split(mem):
 @PROPS
 @given(memories)
 def test_decay_is_monotone_in_age(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     tiers = sorted([(p.page.index, p.tier) for p in ctx.pages] + [(p.index, Tier.GONE) for p in ctx.gone])
     ranks = [t.rank for _, t in tiers]
     assert ranks == sorted(ranks), tiers
@@ -112,9 +111,7 @@ def test_decay_is_monotone_in_age(mem):
 @PROPS
 @given(memories)
 def test_images_only_where_they_pay(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     for p in ctx.pages:
         if p.tier.is_image:
             assert p.tokens < mem.tokenizer.count(p.text), (p.tier, p.tokens)
@@ -124,9 +121,7 @@ def test_images_only_where_they_pay(mem):
 @PROPS
 @given(memories)
 def test_no_turn_is_lost_every_turn_is_somewhere(mem):
-    ctx, err = _context_or_error(mem)
-    if ctx is None:
-        return
+    ctx = _fitted(mem)
     placed = {tid for s in ctx.segments for tid in s.turn_ids} | {tid for p in ctx.gone for tid in p.turn_ids}
     assert placed == {t.id for t in mem.transcript()}
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]

@@ -1,0 +1,48 @@
+import zipfile
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from optictx import Memory, Tier
+from optictx.tiers import IMAGE_TIERS, gundam_views, tier_image
+
+
+def test_tier_order_and_sides():
+    assert [t.rank for t in Tier] == [6, 5, 4, 3, 2, 1, 0]
+    assert {t: t.side for t in IMAGE_TIERS} == {Tier.GUNDAM: 1280, Tier.LARGE: 1280, Tier.BASE: 1024,
+                                                Tier.SMALL: 640, Tier.TINY: 512}
+    assert Tier.TEXT.side is None and not Tier.GONE.is_image
+
+
+def test_tier_images_are_derived_from_the_master_and_cached():
+    mem = Memory(keep_recent=0)
+    mem.add({"role": "user", "content": "hello " * 400})
+    page = mem.pages[0]
+    for tier in IMAGE_TIERS:
+        assert mem.images.at(page, tier).size == (tier.side, tier.side)
+    mem.images.at(page, Tier.SMALL)
+    assert mem.images.renders == 1  # one master draw served every tier
+    with pytest.raises(ValueError, match="no image"):
+        tier_image(mem.images.master(page), Tier.TEXT)
+
+
+def test_gundam_views_are_2x2_tiles_plus_global():
+    tiles, glob = gundam_views(Image.new("L", (1280, 1280), 255))
+    assert len(tiles) == 4 and all(t.size == (640, 640) for t in tiles)
+    assert glob.size == (1024, 1024)
+
+
+def test_wheel_carries_fonts_and_subpackages(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                    "-w", str(tmp_path), str(root)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("optictx-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("optictx/py.typed", "optictx/renderers/fonts/DejaVuSans.ttf", "optictx/renderers/draw.py",
+                   "optictx/renderers/fonts/LICENSE-DejaVu.txt", "optictx/models/__init__.py"):
+        assert needed in names
+    assert not any(n.startswith(("renderers/", "models/")) for n in names)  # no generic top-level packages
