@@ -21,7 +21,7 @@ CAPTION = (
     "header '#<turn id> <ROLE>'; the messages after the pages continue from where they end."
 )
 
-SegmentKind = Literal["system", "pinned", "caption", "recent"]
+SegmentKind = Literal["system", "pinned", "caption", "factsheet", "recent"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,11 @@ class Context:
         return [s for s in self.segments if isinstance(s, TextSegment)]
 
     @property
+    def factsheet(self) -> str:
+        """The verbatim exact strings kept beside the images ("" when none)."""
+        return "".join(s.text for s in self.text_segments if s.kind == "factsheet")
+
+    @property
     def kv_bytes(self) -> int | None:
         """KV cache bytes while decoding this context (prefix + window or max_new_tokens), when the
         decoder's geometry is known (from the budget, or a preset named like the vision model)."""
@@ -108,12 +113,14 @@ class Context:
         if self.gone:
             tiers[Tier.GONE.value] = len(self.gone)
         page_tokens = sum(s.tokens for s in self.pages)
+        factsheet = sum(s.tokens for s in self.text_segments if s.kind == "factsheet")
         return {
             "vision": self.vision.name,
             "tokens": self.tokens,
             "limit": self.budget.limit,
             "page_tokens": page_tokens,
             "text_tokens": self.tokens - page_tokens,
+            "factsheet_tokens": factsheet,
             "pages": dict(sorted(tiers.items())),
             "turns_as_text": sum(1 for s in self.text_segments if s.turn is not None),
             "kv_bytes": self.kv_bytes,

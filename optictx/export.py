@@ -6,7 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from .context import CAPTION, PageSegment, TextSegment
+from .context import CAPTION, PageSegment
 from .turns import Turn
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-def _page_parts_openai(pages: list[PageSegment], detail: str | None) -> list[dict[str, Any]]:
+def _page_parts_openai(pages: list[PageSegment], detail: str | None, factsheet: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}]
     for p in pages:
         if p.tier.is_image:
@@ -25,6 +25,8 @@ def _page_parts_openai(pages: list[PageSegment], detail: str | None) -> list[dic
             parts.append({"type": "image_url", "image_url": image_url})
         else:
             parts.append({"type": "text", "text": p.text})
+    if factsheet:
+        parts.append({"type": "text", "text": factsheet})
     return parts
 
 
@@ -39,7 +41,7 @@ def to_openai(ctx: Context) -> list[dict[str, Any]]:
     system, pinned, pages, recent = _groups(ctx)
     messages = [t.to_openai() for t in (*system, *pinned)]
     if pages:
-        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail)})
+        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail, ctx.factsheet)})
     messages.extend(t.to_openai() for t in recent)
     return messages
 
@@ -109,9 +111,9 @@ def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
                                                             "data": p.png_base64()}})
             else:
                 blocks.append(_text_block(p.text))
+        if ctx.factsheet:
+            blocks.append(_text_block(ctx.factsheet))
         messages.append({"role": "user", "content": blocks})
     messages.extend(_anthropic_message(t) for t in recent)
     return "\n\n".join(t.text for t in system), _merge_roles(messages)
 
-
-__all__ = ["TextSegment", "to_anthropic", "to_openai"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,11 @@ from .budget import Budget
 from .context import CAPTION, Context, PageSegment, TextSegment
 from .cost import CostModel, get_cost_model
 from .errors import BudgetError, StoreError
+from .facts import Factsheet
 from .images import PageImages
 from .packer import Packer, Page
 from .renderers import Layout, RenderConfig
-from .schedule import AgeLadder, OldestFirst, page_costs, schedule
+from .schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
@@ -45,6 +47,22 @@ def safe_cuts(window: Sequence[Turn]) -> list[int]:
     return cuts
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One scheduling outcome: window[:cut] joins the pages, and a tier for every page."""
+
+    cut: int
+    pages: list[Page]
+    tiers: list[Tier]
+    costs: list[PageCost]
+    tokens: int  # everything but the factsheet
+
+
+def fact_text(turn: Turn) -> str:
+    """Where a turn's exact strings are: its text and its tool-call arguments."""
+    return " ".join([turn.text, *(c.function.arguments for c in turn.tool_calls)])
+
+
 def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
     """Text tokens of a turn as the consumer reads it natively (content and tool calls)."""
     n = tok.count(turn.text)
@@ -74,6 +92,7 @@ class Memory:
         tokenizer: Any = None,
         ladder: AgeLadder | None = None,
         fitter: OldestFirst | None = None,
+        factsheet: Factsheet | None = Factsheet(),  # noqa: B008 (frozen, safe to share)
         image_cache_bytes: int = 256 * 2**20,
     ) -> None:
         if keep_recent < 0:
@@ -86,6 +105,7 @@ class Memory:
         self.tokenizer = get_tokenizer(tokenizer)
         self.ladder = ladder or AgeLadder()
         self.fitter = fitter or OldestFirst()
+        self.factsheet = factsheet
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._packer = Packer(self.layout, self.tokenizer, tokens_per_page)
@@ -94,6 +114,7 @@ class Memory:
         self._window: list[Turn] = []
         self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
         self._page_tokens: list[int] = []  # text tokens of each sealed page
+        self._facts: dict[int, tuple[str, ...]] = {}  # packed turn id -> exact strings (factsheet)
         self._count = 0
         self._text_total = 0
         self._store = self._open_store(store)
@@ -180,6 +201,8 @@ class Memory:
             for page in self._packer.add(t):
                 self._page_tokens.append(self.tokenizer.count(page.text))
             self._tokens.pop(t.id, None)  # type: ignore[arg-type]
+            if self.factsheet is not None:
+                self._facts[t.id] = self.factsheet.extract(fact_text(t))  # type: ignore[index]
         del self._window[:cut]
 
     # -- reading ------------------------------------------------------------------------------
@@ -205,41 +228,75 @@ class Memory:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big."""
         budget = budget or self.budget
         model = self.vision if vision is None else get_cost_model(vision)
-        tok = self.tokenizer
         fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
         fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
-        fixed_tokens = sum(s.tokens for s in fixed)
+        plan = self._plan(budget, model, sum(s.tokens for s in fixed), reserve=0)
+        sheet = ""
+        if self.factsheet is not None:
+            count, lines = self.tokenizer.count, self._fact_lines(plan)
+            want = min(self.factsheet.max_tokens, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
+            if budget.limit - plan.tokens < want:
+                # Not enough room left: demote pages to make it, then list the facts of what is still
+                # imaged (once; a plan that cannot make room keeps the first one).
+                roomier = self._plan(budget, model, sum(s.tokens for s in fixed), reserve=want, strict=False)
+                if roomier is not None:
+                    plan, lines = roomier, self._fact_lines(roomier)
+            sheet = self.factsheet.build(lines, budget.limit - plan.tokens, count)
+        return self._assemble(fixed, plan, sheet, budget, model)
+
+    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, *, reserve: int,
+              strict: bool = True) -> _Plan | None:
+        """Choose how many recent turns stay native (as many as fit) and every page's tier."""
+        tok, window = self.tokenizer, self._window
         caption_tokens = tok.count(CAPTION)
-        sealed = self._packer.sealed
-        window = self._window
         recent_tokens = [self._tokens[t.id] for t in window]  # type: ignore[index]
         for cut in safe_cuts(window):
             extra = self._packer.preview(window[:cut])
-            pages = [*sealed, *extra]
-            text_tokens = [*self._page_tokens, *(tok.count(p.text) for p in extra)]
-            costs = page_costs(text_tokens, model)
-            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
+            pages = [*self._packer.sealed, *extra]
+            costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model)
+            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:]) - reserve
             tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
             if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
             if tiers is not None:
-                break
-        else:
-            need = fixed_tokens
-            raise BudgetError(
-                f"the context needs at least {need} tokens for system and pinned turns, but the budget "
-                f"allows {budget.limit}: short by {need - budget.limit}. Raise the budget or unpin turns.",
-                shortfall=need - budget.limit,
-            )
+                used = sum(c.cost(t) for c, t in zip(costs, tiers))
+                caption = caption_tokens if any(t is not Tier.GONE for t in tiers) else 0
+                return _Plan(cut, pages, tiers, costs, fixed_tokens + caption + used + sum(recent_tokens[cut:]))
+        if not strict:
+            return None
+        raise BudgetError(
+            f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
+            f"allows {budget.limit}: short by {fixed_tokens - budget.limit}. Raise the budget or unpin turns.",
+            shortfall=fixed_tokens - budget.limit,
+        )
+
+    def _fact_lines(self, plan: _Plan) -> list[str]:
+        """Factsheet lines for the turns drawn on image pages (text and GONE pages need none)."""
+        assert self.factsheet is not None
+        imaged = {tid for p, t in zip(plan.pages, plan.tiers) if t.is_image for tid in p.turn_ids}
+        window = {t.id: t for t in self._window[: plan.cut]}
+        facts = []
+        for tid in imaged:
+            found = self._facts.get(tid)
+            if found is None:  # a recent turn moved onto a page by this plan only
+                found = self.factsheet.extract(fact_text(window[tid])) if tid in window else ()
+            facts.append((tid, found))
+        return self.factsheet.lines(facts)
+
+    def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
+                  model: CostModel) -> Context:
         segs: list[TextSegment | PageSegment] = list(fixed)
-        kept = [(p, t, c) for p, t, c in zip(pages, tiers, costs) if t is not Tier.GONE]
+        kept = [(p, t, c) for p, t, c in zip(plan.pages, plan.tiers, plan.costs) if t is not Tier.GONE]
         if kept:
-            segs.append(TextSegment("caption", CAPTION, caption_tokens))
+            segs.append(TextSegment("caption", CAPTION, self.tokenizer.count(CAPTION)))
         for page, tier, cost in kept:
             paper = cost.cost(tier) if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
             segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
-        segs += [TextSegment("recent", t.text, n, t) for t, n in zip(window[cut:], recent_tokens[cut:])]
-        gone = tuple(p for p, t in zip(pages, tiers) if t is Tier.GONE)
+        if sheet:
+            segs.append(TextSegment("factsheet", sheet, self.tokenizer.count(sheet)))
+        window = self._window[plan.cut:]
+        segs += [TextSegment("recent", t.text, self._tokens[t.id], t) for t in window]  # type: ignore[index]
+        gone = tuple(p for p, t in zip(plan.pages, plan.tiers) if t is Tier.GONE)
         return Context(tuple(segs), budget, model, gone)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:

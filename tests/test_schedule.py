@@ -125,7 +125,7 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
     placed = {tid for s in ctx.segments for tid in s.turn_ids} | {tid for p in ctx.gone for tid in p.turn_ids}
     assert placed == {t.id for t in mem.transcript()}
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
-    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "recent": 4}
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 4, "recent": 5}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
 
 

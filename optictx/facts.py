@@ -1,0 +1,71 @@
+"""Factsheet: exact strings that optical compression blurs, kept verbatim beside the images.
+
+Numbers, ids, hashes, paths, URLs, emails and dates are where OCR and VLM readers fail first and
+fail silently (a 1 read as l, a digit dropped). The factsheet lists them, per turn, newest first,
+as text the consumer reads exactly; it is budgeted like every other segment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+# Order matters: earlier patterns claim their span first (a URL's path is not also a path).
+_PATTERNS = [
+    r"https?://[^\s\"'<>)\]]+",  # URLs
+    r"[\w.+-]+@[\w-]+\.[\w.-]+",  # emails
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",  # UUIDs
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b",  # ISO dates / times
+    r"(?<![\w/.])/?(?:[\w.-]+/)+[\w.-]+\.\w{1,8}\b",  # relative or absolute file paths
+    r"\b[A-Za-z]+[_-](?=[\w-]*\d)[A-Za-z0-9_-]{3,}\b",  # prefixed ids: cus_5f30, SKU-1976, call_ab12
+    r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b",  # hex hashes and commit ids
+    r"(?<![\w.])\d[\d,]*\.\d+\b|(?<![\w.])\d{4,}\b",  # decimals and numbers of 4+ digits
+]
+_FACT = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
+
+
+def find_facts(text: str) -> list[str]:
+    """Exact strings in `text` worth keeping verbatim, in order of appearance, deduplicated.
+
+    >>> find_facts("commit ee7653c9bc8d fixed ledger/tax.py; total 1093.50 on 2026-03-01")
+    ['ee7653c9bc8d', 'ledger/tax.py', '1093.50', '2026-03-01']
+    """
+    return list(dict.fromkeys(m.group(0).rstrip(".,;:") for m in _FACT.finditer(text)))
+
+
+@dataclass(frozen=True)
+class Factsheet:
+    """Keep up to `max_tokens` of exact strings from the turns on image pages, newest turn first."""
+
+    max_tokens: int = 512
+    finder: Callable[[str], list[str]] = find_facts
+    header: str = "Exact strings from the page images above, verbatim (turn: values):"
+
+    def extract(self, text: str) -> tuple[str, ...]:
+        return tuple(self.finder(text))
+
+    def lines(self, facts: Iterable[tuple[int, Sequence[str]]]) -> list[str]:
+        """One line per turn that has facts, newest first; a fact is listed once (newest mention)."""
+        seen: set[str] = set()
+        out = []
+        for turn_id, found in sorted(facts, key=lambda f: f[0], reverse=True):
+            new = [f for f in found if f not in seen]
+            seen.update(new)
+            if new:
+                out.append(f"#{turn_id}: " + " ".join(new))
+        return out
+
+    def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:
+        """The header and as many `lines` as fit in min(room, max_tokens) tokens; "" if none fits."""
+        limit = min(room, self.max_tokens)
+        kept = list(lines)
+        while kept:
+            text = "\n".join([self.header, *kept])
+            over = count(text) - limit
+            if over <= 0:
+                return text
+            # Drop from the end (the oldest turns), about as many lines as the excess needs.
+            per_line = max(1, count(text) // (len(kept) + 1))
+            del kept[-max(1, over // per_line):]
+        return ""

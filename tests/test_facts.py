@@ -1,0 +1,73 @@
+import pytest
+
+from optictx import Budget, Memory
+from optictx.facts import Factsheet, find_facts
+
+
+@pytest.mark.parametrize(("text", "facts"), [
+    ("see https://example.com/a?b=1, then", ["https://example.com/a?b=1"]),
+    ("mail ops@ledger.example.org now", ["ops@ledger.example.org"]),
+    ("id a38fd547-923a-7369-94e3-bf911a61dbe2 ok", ["a38fd547-923a-7369-94e3-bf911a61dbe2"]),
+    ("on 2026-03-01 at noon", ["2026-03-01"]),
+    ("edit ledger/tax.py and /etc/app.conf", ["ledger/tax.py", "/etc/app.conf"]),
+    ("customer cus_5f301850c5 bought SKU-1976", ["cus_5f301850c5", "SKU-1976"]),
+    ("commit ee7653c9bc8d landed", ["ee7653c9bc8d"]),
+    ("total 1093.50 for 7 items, code 4417", ["1093.50", "4417"]),
+    ("the quick brown fox jumped over 3 dogs", []),
+])
+def test_find_facts(text, facts):
+    assert find_facts(text) == facts
+
+
+def test_lines_newest_first_and_deduplicated():
+    sheet = Factsheet()
+    lines = sheet.lines([(1, ("4417", "ee7653c9bc8d")), (5, ("4417",)), (3, ())])
+    assert lines == ["#5: 4417", "#1: ee7653c9bc8d"]
+
+
+def test_build_cuts_the_oldest_and_respects_room():
+    sheet = Factsheet(max_tokens=10_000)
+    lines = [f"#{i}: {1000000 + i}" for i in range(100, 0, -1)]
+    count = Memory().tokenizer.count
+    text = sheet.build(lines, 60, count)
+    assert count(text) <= 60 and text.startswith(sheet.header)
+    assert "#100:" in text and "#1:" not in text
+    assert sheet.build(lines, 5, count) == ""
+
+
+def _needles(mem, n=40):
+    numbers = [str(1_000_000 + 7919 * i) for i in range(n)]
+    for i, num in enumerate(numbers):
+        mem.add({"role": "user", "content": f"Remember: the code for vault {i} is {num}. " + "filler text " * 60})
+        mem.add({"role": "assistant", "content": "Noted."})
+    return numbers
+
+
+def test_factsheet_keeps_numbers_of_imaged_turns_within_budget():
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=2)
+    numbers = _needles(mem)
+    ctx = mem.context()
+    assert ctx.tokens <= 6000
+    imaged = {tid for p in ctx.pages if p.tier.is_image for tid in p.turn_ids}
+    for i, num in enumerate(numbers):
+        if 2 * i in imaged:
+            assert num in ctx.factsheet
+    assert ctx.report()["factsheet_tokens"] > 0
+    parts = ctx.to_openai()[0]["content"]
+    assert parts[-1]["text"] == ctx.factsheet
+    first = ctx.to_anthropic()[1][0]["content"]  # pages, factsheet, then the next user turn (merged)
+    assert any(b.get("text") == ctx.factsheet for b in first)
+
+
+def test_factsheet_makes_room_by_demoting_pages_when_tight():
+    mem = Memory(budget=Budget(tokens=1500), keep_recent=2)
+    _needles(mem)
+    ctx = mem.context()
+    assert ctx.tokens <= 1500
+    assert ctx.factsheet and ctx.report()["factsheet_tokens"] <= mem.factsheet.max_tokens
+
+
+def test_factsheet_can_be_turned_off():
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None)
+    _needles(mem)
+    assert mem.context().factsheet == ""
