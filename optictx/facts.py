@@ -45,15 +45,21 @@ class Factsheet:
     def extract(self, text: str) -> tuple[str, ...]:
         return tuple(self.finder(text))
 
-    def lines(self, facts: Iterable[tuple[int, Sequence[str]]]) -> list[str]:
-        """One line per turn that has facts, newest first; a fact is listed once (newest mention)."""
+    def lines(self, facts: Iterable[tuple[int, Sequence[str]]], count: Callable[[str], int]) -> list[str]:
+        """One line per turn that has facts, newest first; a fact is listed once (newest mention).
+
+        Stops once the lines hold more than `max_tokens`: older ones could never be shown.
+        """
         seen: set[str] = set()
-        out = []
+        out, used = [], count(self.header)
         for turn_id, found in sorted(facts, key=lambda f: f[0], reverse=True):
             new = [f for f in found if f not in seen]
             seen.update(new)
             if new:
                 out.append(f"#{turn_id}: " + " ".join(new))
+                used += count(out[-1]) + 1
+                if used > self.max_tokens:
+                    break
         return out
 
     def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,21 @@ class _Plan:
     pages: list[Page]
     tiers: list[Tier]
     costs: list[PageCost]
-    tokens: int  # everything but the factsheet
+    other_tokens: int  # fixed and recent text
+    caption_tokens: int
+
+    @cached_property
+    def page_tokens(self) -> int:
+        return sum(c.cost(t) for c, t in zip(self.costs, self.tiers))
+
+    @cached_property
+    def tokens(self) -> int:
+        """Everything but the factsheet."""
+        imaged = any(t is not Tier.GONE for t in self.tiers)
+        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged else 0)
+
+    def with_tiers(self, tiers: list[Tier]) -> _Plan:
+        return _Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
 
 
 def fact_text(turn: Turn) -> str:
@@ -183,15 +198,13 @@ class Memory:
     def _ingest(self, turn: Turn) -> None:
         assert turn.id is not None  # stores always assign ids
         self._count += 1
-        n = turn_tokens(turn, self.tokenizer)
+        n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
         self._text_total += n
         if turn.role == "system" or turn.pinned:
-            self._tokens[turn.id] = n
             (self._system if turn.role == "system" else self._pinned).append(turn)
-            return
-        self._tokens[turn.id] = n
-        self._window.append(turn)
-        self._pack_overflow()
+        else:
+            self._window.append(turn)
+            self._pack_overflow()
 
     def _pack_overflow(self) -> None:
         cuts = safe_cuts(self._window)
@@ -230,22 +243,23 @@ class Memory:
         model = self.vision if vision is None else get_cost_model(vision)
         fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
         fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
-        plan = self._plan(budget, model, sum(s.tokens for s in fixed), reserve=0)
+        plan = self._plan(budget, model, sum(s.tokens for s in fixed))
         sheet = ""
         if self.factsheet is not None:
             count, lines = self.tokenizer.count, self._fact_lines(plan)
             want = min(self.factsheet.max_tokens, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
-            if budget.limit - plan.tokens < want:
-                # Not enough room left: demote pages to make it, then list the facts of what is still
-                # imaged (once; a plan that cannot make room keeps the first one).
-                roomier = self._plan(budget, model, sum(s.tokens for s in fixed), reserve=want, strict=False)
-                if roomier is not None:
-                    plan, lines = roomier, self._fact_lines(roomier)
+            short = want - (budget.limit - plan.tokens)
+            if short > 0:
+                # Not enough room left: demote pages further to make it (the fitter only ever
+                # demotes, so it can go on from this plan), then list what is still imaged.
+                tiers = self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short)
+                if tiers is not None:
+                    plan = plan.with_tiers(tiers)
+                    lines = self._fact_lines(plan)
             sheet = self.factsheet.build(lines, budget.limit - plan.tokens, count)
         return self._assemble(fixed, plan, sheet, budget, model)
 
-    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, *, reserve: int,
-              strict: bool = True) -> _Plan | None:
+    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int) -> _Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
         tok, window = self.tokenizer, self._window
         caption_tokens = tok.count(CAPTION)
@@ -254,16 +268,12 @@ class Memory:
             extra = self._packer.preview(window[:cut])
             pages = [*self._packer.sealed, *extra]
             costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model)
-            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:]) - reserve
+            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
             tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
             if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
             if tiers is not None:
-                used = sum(c.cost(t) for c, t in zip(costs, tiers))
-                caption = caption_tokens if any(t is not Tier.GONE for t in tiers) else 0
-                return _Plan(cut, pages, tiers, costs, fixed_tokens + caption + used + sum(recent_tokens[cut:]))
-        if not strict:
-            return None
+                return _Plan(cut, pages, tiers, costs, fixed_tokens + sum(recent_tokens[cut:]), caption_tokens)
         raise BudgetError(
             f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
             f"allows {budget.limit}: short by {fixed_tokens - budget.limit}. Raise the budget or unpin turns.",
@@ -281,7 +291,7 @@ class Memory:
             if found is None:  # a recent turn moved onto a page by this plan only
                 found = self.factsheet.extract(fact_text(window[tid])) if tid in window else ()
             facts.append((tid, found))
-        return self.factsheet.lines(facts)
+        return self.factsheet.lines(facts, self.tokenizer.count)
 
     def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
                   model: CostModel) -> Context:

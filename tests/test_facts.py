@@ -20,9 +20,11 @@ def test_find_facts(text, facts):
 
 
 def test_lines_newest_first_and_deduplicated():
-    sheet = Factsheet()
-    lines = sheet.lines([(1, ("4417", "ee7653c9bc8d")), (5, ("4417",)), (3, ())])
+    sheet, count = Factsheet(), Memory().tokenizer.count
+    lines = sheet.lines([(1, ("4417", "ee7653c9bc8d")), (5, ("4417",)), (3, ())], count)
     assert lines == ["#5: 4417", "#1: ee7653c9bc8d"]
+    many = Factsheet(max_tokens=50).lines([(i, (str(10**6 + i),)) for i in range(1000)], count)
+    assert 3 < len(many) < 30 and many[0] == "#999: 1000999"  # stops past max_tokens
 
 
 def test_build_cuts_the_oldest_and_respects_room():
