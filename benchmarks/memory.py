@@ -13,23 +13,22 @@
 from __future__ import annotations
 
 import argparse
-import time
 
-from _common import best_of, conversation_of
+from _common import best_of, clock, conversation_of
 from render import bare_pillow
 
 from optictx import Budget, Memory
 
 
 def build(msgs, budget: int) -> tuple[Memory, float]:
-    t0 = time.perf_counter()
+    t0 = clock()
     mem = Memory(budget=Budget(tokens=budget), keep_recent=4)
     for m in msgs:
         mem.add(m)
     ctx = mem.context()
     for seg in ctx.pages:
         _ = seg.image
-    return mem, time.perf_counter() - t0
+    return mem, clock() - t0
 
 
 def floor_and_build(tokens: int, repeat: int) -> None:
@@ -77,11 +76,11 @@ def add_curve(sizes: list[int]) -> None:
         while done < n:
             mem.add(msgs[done % len(msgs)])
             done += 1
-        t0 = time.perf_counter()
+        t0 = clock()
         for k in range(200):
             mem.add(msgs[(done + k) % len(msgs)])
         done += 200
-        print(f"   N={n:>6}: {(time.perf_counter() - t0) / 200 * 1e6:8.1f} us/add")
+        print(f"   N={n:>6}: {(clock() - t0) / 200 * 1e6:8.1f} us/add")
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # invalid settings (pydantic) are user errors too
         print(f"optictx: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `optictx plan ... | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

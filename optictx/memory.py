@@ -129,7 +129,10 @@ class Memory:
         self._window: list[Turn] = []
         self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
         self._page_tokens: list[int] = []  # text tokens of each sealed page
-        self._facts: dict[int, tuple[str, ...]] = {}  # packed turn id -> exact strings (factsheet)
+        # Packed turns, by id, for the factsheet; their exact strings are found the first time a
+        # context images them (most pages of a long memory never are) and kept.
+        self._fact_source: dict[int, Turn] = {}
+        self._facts: dict[int, tuple[str, ...]] = {}
         self._count = 0
         self._text_total = 0
         self._store = self._open_store(store)
@@ -214,8 +217,7 @@ class Memory:
             for page in self._packer.add(t):
                 self._page_tokens.append(self.tokenizer.count(page.text))
             self._tokens.pop(t.id, None)  # type: ignore[arg-type]
-            if self.factsheet is not None:
-                self._facts[t.id] = self.factsheet.extract(fact_text(t))  # type: ignore[index]
+            self._fact_source[t.id] = t  # type: ignore[index]
         del self._window[:cut]
 
     # -- reading ------------------------------------------------------------------------------
@@ -284,12 +286,15 @@ class Memory:
         """Factsheet lines for the turns drawn on image pages (text and GONE pages need none)."""
         assert self.factsheet is not None
         imaged = {tid for p, t in zip(plan.pages, plan.tiers) if t.is_image for tid in p.turn_ids}
-        window = {t.id: t for t in self._window[: plan.cut]}
+        window = {t.id: t for t in self._window[: plan.cut]}  # recent turns this plan put on pages
         facts = []
         for tid in imaged:
             found = self._facts.get(tid)
-            if found is None:  # a recent turn moved onto a page by this plan only
-                found = self.factsheet.extract(fact_text(window[tid])) if tid in window else ()
+            if found is None:
+                turn = self._fact_source.get(tid) or window[tid]
+                found = self.factsheet.extract(fact_text(turn))
+                if tid in self._fact_source:
+                    self._facts[tid] = found
             facts.append((tid, found))
         return self.factsheet.lines(facts, self.tokenizer.count)
 

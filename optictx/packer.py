@@ -113,13 +113,27 @@ class Packer:
         if hit is not None:
             self._entries_cache.move_to_end(key)
             return hit
-        lines = [ln for b in turn_blocks(turn) for ln in self.layout.lines(b)]
-        count = self.tokenizer.count
-        out = tuple(Entry(key, ln, count(ln.text) if ln.text else 0) for ln in lines)
+        out = tuple(Entry(key, ln, n) for b in turn_blocks(turn) for ln, n in self._counted(self.layout.lines(b)))
         if key >= 0:
             self._entries_cache[key] = out
             while len(self._entries_cache) > 512:
                 self._entries_cache.popitem(last=False)
+        return out
+
+    def _counted(self, lines: list[Line]) -> list[tuple[Line, int]]:
+        """Each line with its share of the block's tokens, by characters.
+
+        One tokenizer call per block instead of per line (several times faster); the shares
+        only steer where pages break. The scheduler prices a sealed page by counting its text.
+        """
+        total = self.tokenizer.count("\n".join(ln.text for ln in lines))
+        chars = sum(len(ln.text) for ln in lines) or 1
+        out, seen, given = [], 0, 0
+        for ln in lines:
+            seen += len(ln.text)
+            share = round(total * seen / chars) - given
+            given += share
+            out.append((ln, share))
         return out
 
     def add(self, turn: Turn) -> list[Page]:

@@ -57,11 +57,16 @@ def displayable(text: str, chain: FontChain) -> str:
 class Measurer:
     """Cached pixel widths of words for one chain (BASIC engine, or bidi for RTL words)."""
 
-    def __init__(self, chain: FontChain) -> None:
+    def __init__(self, chain: FontChain, *, monospace: bool = False) -> None:
         self.chain = chain
         self._cache: dict[str, float] = {}
+        # A monospace face (no kerning) makes ASCII widths arithmetic: code lines are mostly
+        # unique strings, so caching alone would not spare FreeType a layout per line.
+        self._advance = chain.faces[0].font.getlength("M") if monospace else None
 
     def width(self, s: str) -> float:
+        if self._advance is not None and s.isascii():
+            return len(s) * self._advance
         w = self._cache.get(s)
         if w is None:
             faces = self.chain.faces
@@ -132,7 +137,7 @@ class Layout:
         self._m = {
             "header": Measurer(self.fonts.header),
             "text": Measurer(self.fonts.body),
-            "code": Measurer(self.fonts.code),
+            "code": Measurer(self.fonts.code, monospace=True),
         }
 
     def chain(self, style: Style) -> FontChain:

@@ -67,3 +67,10 @@ def test_rtl_and_cjk_render_without_error():
     for text in ("שלום עולם", "مرحبا بالعالم", "漢字かな交じり文", "emoji 🙂👍🏽"):
         lines = LAYOUT.lines(Block(text))
         draw_page(lines, LAYOUT)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=120))
+def test_monospace_width_shortcut_matches_freetype(text):
+    m = LAYOUT._m["code"]
+    assert abs(m.width(text) - m.chain.faces[0].font.getlength(text)) < 0.5
