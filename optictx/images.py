@@ -43,9 +43,6 @@ class _LRU:
                 _, (_, s) = self._d.popitem(last=False)
                 self.bytes -= s
 
-    def __len__(self) -> int:
-        return len(self._d)
-
 
 def _image_bytes(img: Image.Image) -> int:
     return img.width * img.height * len(img.getbands())

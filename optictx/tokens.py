@@ -27,9 +27,6 @@ class TiktokenTokenizer:
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
 
-    def encode(self, text: str) -> list[int]:
-        return self._enc.encode_ordinary(text)
-
 
 class EncodeTokenizer:
     """Adapts any object with `encode(str) -> list` (e.g. a transformers tokenizer)."""
