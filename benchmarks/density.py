@@ -69,7 +69,8 @@ def main() -> None:
         for name, turns in corpora.items():
             layout, pages = full_pages(RenderConfig(font_size=size), turns, args.pages, tpp)
             images = PageImages(layout)
-            acc = {tier: [char_accuracy(p.text, reader.read(images.at(p, tier))) for p in pages]
+            acc = {tier: [char_accuracy(p.text, got) for p, got in
+                          zip(pages, reader.read_batch([images.at(p, tier) for p in pages]))]
                    for tier in (Tier.SMALL, Tier.TINY)}
             seen = statistics.mean(tok.count(p.text) for p in pages)
             cells = " | ".join(f"{statistics.mean(a):.2%} ({min(a):.2%})" for a in acc.values())

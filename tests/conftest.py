@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from hypothesis import strategies as st
 
 from optictx.sample import sample_conversation
 
-needs_tesseract = pytest.mark.skipif(
-    shutil.which("tesseract") is None,
-    reason="tesseract binary not found: apt-get install tesseract-ocr (make test does this as root)",
-)
+
+def _tesseract_missing() -> str:
+    try:
+        import tesserocr  # noqa: F401
+
+        from optictx.readers import find_tessdata
+
+        find_tessdata()
+    except Exception as exc:  # ImportError or ReaderError: say which in the skip reason
+        return f"Tesseract unavailable ({exc}); make test installs tesseract-ocr as root"
+    return ""
+
+
+needs_tesseract = pytest.mark.skipif(bool(_tesseract_missing()), reason=_tesseract_missing() or "-")
 
 
 @pytest.fixture(scope="session")

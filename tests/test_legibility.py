@@ -1,5 +1,6 @@
 """The default density is legible: Tesseract reads a full prose page at SMALL (640 px)."""
 
+import pytest
 from conftest import needs_tesseract
 
 from optictx import Memory, Tier
@@ -23,3 +24,31 @@ def test_default_density_reads_at_98_percent_on_small():
 def test_char_accuracy_folds_layout_and_typography():
     assert char_accuracy("a  b\n“c”", 'a b "c"') == 1.0
     assert char_accuracy("abcd", "abce") == 0.75
+
+
+def _crops():
+    mem = Memory(keep_recent=0)
+    mem.add({"role": "user", "content": "Invoice 4417 was paid on 2026-03-01 by customer cus_5f30. " * 20})
+    master = mem.images.master(mem.pages[0])
+    return [master.crop((0, 0, 1280, 200)), master.crop((0, 200, 1280, 400))]
+
+
+@needs_tesseract
+def test_batch_reads_equal_sequential_reads_and_are_cached():
+    from optictx.readers import TesseractReader
+
+    crops = _crops()
+    reader = TesseractReader(workers=2)
+    batch = reader.read_batch(crops)
+    assert batch == [TesseractReader(workers=1).read(c) for c in crops]
+    assert "4417" in batch[0]
+    assert reader.read(crops[0]) is batch[0]  # served from the digest cache
+
+
+@needs_tesseract
+def test_missing_language_model_is_a_clear_error(tmp_path, monkeypatch):
+    from optictx.readers import ReaderError, TesseractReader
+
+    monkeypatch.setenv("TESSDATA_PREFIX", str(tmp_path))
+    with pytest.raises(ReaderError, match="apt-get install tesseract-ocr"):
+        TesseractReader(lang="xx")
