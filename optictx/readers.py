@@ -3,12 +3,14 @@
 `TesseractReader` is the independent reader: Tesseract 5 in-process through tesserocr (1.4x
 faster per page than the pytesseract subprocess here, 3x when OpenMP is left to oversubscribe two
 cores), with the English model from Debian's `tesseract-ocr` package. The readers issue extends
-this module (line-box reading, VLM readers).
+this module (line-box reading); `OpenAIReader` reads through any OpenAI-compatible VLM server.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import os
 import threading
 from collections import OrderedDict
@@ -45,51 +47,35 @@ def find_tessdata(lang: str = "eng") -> str:
                       f"(or set TESSDATA_PREFIX to the folder that has it)")
 
 
-class TesseractReader:
-    """Tesseract 5 (tesserocr). Small tiers are upscaled to `upscale_to` px first, since Tesseract
-    wants glyphs of ~20 px; the information is still only what the small image holds. Results are
-    cached by image digest; `read_batch` runs one engine per worker thread (Tesseract releases the
-    GIL while it recognises)."""
+class CachedReader:
+    """Shared plumbing: a digest-keyed result cache and a thread pool for `read_batch`.
+    Subclasses implement `_recognize(image) -> str` and name their settings in `_settings()`."""
 
-    def __init__(self, *, upscale_to: int = 1920, psm: int = 6, lang: str = "eng", workers: int | None = None,
-                 cache_size: int = 4096) -> None:
-        try:
-            import tesserocr
-        except ImportError as exc:
-            raise ReaderError("tesserocr is not installed: pip install 'optictx[eval]'") from exc
-        self._tesserocr = tesserocr
-        self.tessdata = find_tessdata(lang)
-        self.upscale_to, self.psm, self.lang = upscale_to, psm, lang
-        self.workers = workers or os.cpu_count() or 1
-        self._local = threading.local()
+    def __init__(self, *, workers: int, cache_size: int = 4096) -> None:
+        self.workers = max(1, workers)
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    def _api(self):  # one engine per thread: a PyTessBaseAPI is not safe to share
-        api = getattr(self._local, "api", None)
-        if api is None:
-            api = self._tesserocr.PyTessBaseAPI(path=self.tessdata, lang=self.lang, psm=self.psm)
-            self._local.api = api
-        return api
+    def _settings(self) -> str:
+        raise NotImplementedError
+
+    def _recognize(self, image: Image.Image) -> str:
+        raise NotImplementedError
 
     def _key(self, image: Image.Image) -> str:
-        h = hashlib.sha256(f"{image.mode}{image.size}{self.upscale_to}{self.psm}{self.lang}".encode())
+        h = hashlib.sha256(f"{type(self).__name__}{self._settings()}{image.mode}{image.size}".encode())
         h.update(image.tobytes())
         return h.hexdigest()
 
     def read(self, image: Image.Image) -> str:
+        """The text in `image` (cached by its pixels and this reader's settings)."""
         key = self._key(image)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
-        if image.width < self.upscale_to:
-            side = self.upscale_to
-            image = image.resize((side, side * image.height // image.width), Image.Resampling.LANCZOS)
-        api = self._api()
-        api.SetImage(image)
-        text = api.GetUTF8Text()
+        text = self._recognize(image)
         with self._lock:
             self._cache[key] = text
             while len(self._cache) > self._cache_size:
@@ -97,10 +83,87 @@ class TesseractReader:
         return text
 
     def read_batch(self, images: Sequence[Image.Image]) -> list[str]:
+        """`read` over many images, `workers` at a time, results in order."""
         if self.workers == 1 or len(images) < 2:
             return [self.read(im) for im in images]
         with ThreadPoolExecutor(self.workers) as pool:
             return list(pool.map(self.read, images))
+
+
+class TesseractReader(CachedReader):
+    """Tesseract 5 (tesserocr). Small tiers are upscaled to `upscale_to` px first, since Tesseract
+    wants glyphs of ~20 px; the information is still only what the small image holds. One engine
+    per worker thread: Tesseract releases the GIL while it recognises, so two cores read twice
+    as fast."""
+
+    def __init__(self, *, upscale_to: int = 1920, psm: int = 6, lang: str = "eng", workers: int | None = None,
+                 cache_size: int = 4096) -> None:
+        try:
+            import tesserocr
+        except ImportError as exc:
+            raise ReaderError("tesserocr is not installed: pip install 'optictx[eval]'") from exc
+        super().__init__(workers=workers or os.cpu_count() or 1, cache_size=cache_size)
+        self._tesserocr = tesserocr
+        self.tessdata = find_tessdata(lang)
+        self.upscale_to, self.psm, self.lang = upscale_to, psm, lang
+        self._local = threading.local()
+
+    def _settings(self) -> str:
+        return f"{self.upscale_to}/{self.psm}/{self.lang}"
+
+    def _recognize(self, image: Image.Image) -> str:
+        if image.width < self.upscale_to:
+            side = self.upscale_to
+            image = image.resize((side, side * image.height // image.width), Image.Resampling.LANCZOS)
+        api = getattr(self._local, "api", None)
+        if api is None:  # one engine per thread: a PyTessBaseAPI is not safe to share
+            api = self._local.api = self._tesserocr.PyTessBaseAPI(path=self.tessdata, lang=self.lang, psm=self.psm)
+        api.SetImage(image)
+        return api.GetUTF8Text()
+
+
+# The transcription prompt each model family was trained or documented with.
+OCR_PROMPTS = {
+    "deepseek": "Free OCR.",  # DeepSeek-OCR / Unlimited-OCR: "<image>\nFree OCR." (the template adds <image>)
+    "default": "Transcribe all the text in this image exactly, line by line, keeping numbers and ids "
+               "character for character. Output only the text.",
+}
+
+
+class OpenAIReader(CachedReader):
+    """Any OpenAI-compatible VLM server (vLLM with DeepSeek-OCR or Unlimited-OCR, GPT-4o, Qwen-VL,
+    Ollama) as a reader: one chat request per image, temperature 0, with timeouts and retries."""
+
+    def __init__(self, base_url: str, model: str, api_key: str = "unused", *, prompt: str | None = None,
+                 max_tokens: int = 4096, timeout: float = 120.0, max_retries: int = 2, workers: int = 4,
+                 cache_size: int = 4096) -> None:
+        try:
+            from openai import OpenAI, OpenAIError
+        except ImportError as exc:
+            raise ReaderError("the openai client is not installed: pip install openai") from exc
+        super().__init__(workers=workers, cache_size=cache_size)
+        self.model, self.max_tokens = model, max_tokens
+        family = "deepseek" if "deepseek" in model.lower() or "unlimited" in model.lower() else "default"
+        self.prompt = prompt or OCR_PROMPTS[family]
+        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        self._error = OpenAIError
+
+    def _settings(self) -> str:
+        return f"{self._client.base_url}/{self.model}/{self.max_tokens}/{self.prompt}"
+
+    def _recognize(self, image: Image.Image) -> str:
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+        try:
+            reply = self._client.chat.completions.create(
+                model=self.model, temperature=0, max_tokens=self.max_tokens,
+                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                       {"type": "text", "text": self.prompt}]}],
+            )
+        except self._error as exc:  # connection, status and timeout errors alike
+            raise ReaderError(f"{self.model} at {self._client.base_url} failed to read an image: {exc}") from exc
+        return reply.choices[0].message.content or ""
 
 
 # OCR engines "typeset" what they read: curly quotes and dashes for straight ones. That is the

@@ -167,3 +167,53 @@ def test_quickstart_runs():
     out = _run_example("quickstart.py")
     assert out.returncode == 0, out.stderr
     assert "'tokens'" in out.stdout
+
+
+class _OCRServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that 'reads' an image by answering with its pixel size."""
+
+    prompts: list[str] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        parts = body["messages"][0]["content"]
+        _OCRServer.prompts.append(parts[1]["text"])
+        png = base64.b64decode(parts[0]["image_url"]["url"].split(",", 1)[1])
+        size = Image.open(io.BytesIO(png)).size
+        if size[0] == 13:  # a poisoned image: fail like an overloaded server
+            self.send_response(500)
+            self.end_headers()
+            return
+        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": f"{size[0]}x{size[1]}"}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_openai_reader_against_a_local_server():
+    from optictx.readers import OpenAIReader, ReaderError
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OCRServer)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        reader = OpenAIReader(url, "deepseek-ai/DeepSeek-OCR", max_retries=0, workers=2)
+        images = [Image.new("L", (w, 20), 255) for w in (30, 40, 50)]
+        assert reader.read_batch(images) == ["30x20", "40x20", "50x20"]
+        assert _OCRServer.prompts[-1] == "Free OCR."
+        n = len(_OCRServer.prompts)
+        assert reader.read(images[0]) == "30x20" and len(_OCRServer.prompts) == n  # cached
+        OpenAIReader(url, "gpt-4o", max_retries=0).read(images[1])
+        assert "exactly" in _OCRServer.prompts[-1]
+        with pytest.raises(ReaderError, match="failed to read"):
+            reader.read(Image.new("L", (13, 13), 255))
+    finally:
+        srv.shutdown()
