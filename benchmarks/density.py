@@ -14,45 +14,14 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from optictx.renderers import Block, Layout, RenderConfig
+from optictx.renderers import RenderConfig
 
+from optictx.eval.fidelity import agent_turns, font_for_density, full_pages
+from optictx.eval.fidelity import corpora as corpora_of
 from optictx.images import PageImages
-from optictx.packer import Packer
 from optictx.readers import TesseractReader, char_accuracy
-from optictx.sample import prose_corpus, sample_conversation
 from optictx.tiers import Tier
 from optictx.tokens import get_tokenizer
-from optictx.turns import Turn, to_turn
-
-
-def prose_turns() -> list[Turn]:
-    return [Turn(role="user", content=c, id=i) for i, c in enumerate(prose_corpus())]
-
-
-def agent_turns() -> list[Turn]:
-    return [to_turn(m).model_copy(update={"id": i}) for i, m in enumerate(sample_conversation())]
-
-
-def full_pages(config: RenderConfig, turns: list[Turn], n: int, tpp: int):
-    layout = Layout(config)
-    packer = Packer(layout, get_tokenizer(), tokens_per_page=tpp)
-    for t in turns:
-        packer.add(t)
-        if len(packer.sealed) > n:
-            break
-    return layout, packer.sealed[1 : n + 1]  # page 0 starts the corpus mid-way: skip it
-
-
-def font_for_density(tpp: int) -> int:
-    """The largest font at which `tpp` prose tokens fit on one page."""
-    tok, text = get_tokenizer(), "\n\n".join(t.text for t in prose_turns()[:8])
-    best = 8
-    for size in range(8, 48):
-        cfg = RenderConfig(font_size=size)
-        lines = Layout(cfg).lines(Block(text))[: cfg.text_height // cfg.line_height]
-        if tok.count("\n".join(ln.text for ln in lines)) >= tpp:
-            best = size
-    return best
 
 
 def main() -> None:
@@ -61,7 +30,7 @@ def main() -> None:
     ap.add_argument("--densities", type=int, nargs="+", default=[800, 1000, 1200, 1400, 1600])
     args = ap.parse_args()
     reader, tok = TesseractReader(), get_tokenizer()
-    corpora = {"prose": prose_turns(), "agent": agent_turns()}
+    corpora = {"prose": corpora_of()["prose"], "agent": agent_turns()}
     print("| tokens/page | font px | corpus | tokens/page seen | SMALL acc (min) | TINY acc (min) |")
     print("|---:|---:|---|---:|---|---|")
     for tpp in args.densities:

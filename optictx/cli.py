@@ -96,6 +96,26 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from .eval.fidelity import measure, write_outputs
+    from .readers import OpenAIReader, TesseractReader
+    from .tiers import Tier
+
+    if args.reader == "tesseract":
+        reader, name = TesseractReader(), "Tesseract 5"
+    else:
+        if not args.base_url or not args.model:
+            raise ValueError("--reader openai needs --base-url and --model")
+        reader, name = OpenAIReader(args.base_url, args.model), args.model
+    t0 = time.perf_counter()
+    cells = measure(reader, densities=args.densities, tiers=[Tier(t) for t in args.tiers], pages=args.pages,
+                    vision=args.vision)
+    paths = write_outputs(cells, args.out, name)
+    print(Path(paths["md"]).read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="optictx", description="Agent memory that fits any context budget.")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -120,6 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", required=True)
     common(render)
     render.set_defaults(func=cmd_render)
+    fid = sub.add_parser("fidelity", help="read pages back at each tier: accuracy vs compression")
+    fid.add_argument("--out", default="out/fidelity")
+    fid.add_argument("--pages", type=int, default=3, help="full pages per cell (default 3)")
+    fid.add_argument("--densities", type=int, nargs="+", default=[600, 800, 1000, 1200])
+    fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
+                     choices=["gundam", "large", "base", "small", "tiny"])
+    fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
+    fid.add_argument("--reader", default="tesseract", choices=["tesseract", "openai"])
+    fid.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
+    fid.add_argument("--model", help="model name on that server, for --reader openai")
+    fid.set_defaults(func=cmd_fidelity)
     return p
 
 

@@ -1,0 +1,188 @@
+"""Fidelity benchmark: how much of each tier a reader can still read, at which compression.
+
+For each text density (tokens per page, the font fitted so a page of prose is full) and each
+corpus (prose, code, tool output), full pages are rendered, read back at every tier and scored:
+character accuracy, word accuracy, exact-number recall, compression ratio (text tokens over the
+consumer's image tokens, both the paper's count and the decoder positions) and seconds per page.
+Writes a CSV, a Markdown table and a PNG plot beside DeepSeek-OCR's published Fox curve.
+
+    optictx fidelity --out out/fidelity [--pages 3] [--densities 600 800 1000 1200]
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import math
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..cost import CostModel, get_cost_model
+from ..images import PageImages
+from ..packer import Packer, Page
+from ..readers import CachedReader, char_accuracy, normalize
+from ..renderers import Block, Layout, RenderConfig
+from ..sample import prose_corpus, sample_conversation
+from ..tiers import Tier
+from ..tokens import get_tokenizer
+from ..turns import Turn, to_turn
+
+# DeepSeek-OCR paper, Table 2 (Fox, 600-1300 text tokens): (compression, precision) per mode.
+FOX_TINY = [(10.5, 96.5), (11.8, 93.8), (13.2, 83.8), (15.1, 85.9), (16.5, 79.3), (17.7, 76.4), (19.7, 59.1)]
+FOX_SMALL = [(6.7, 98.5), (7.5, 97.3), (8.5, 96.8), (9.7, 96.8), (10.6, 91.5), (11.3, 89.8), (12.6, 87.1)]
+_NUMBER = re.compile(r"\d{4,}")
+
+
+def _turns(texts: Sequence[str], role: str) -> list[Turn]:
+    extra = {"tool_call_id": "c"} if role == "tool" else {}
+    return [Turn(role=role, content=t, id=i, **extra) for i, t in enumerate(texts)]  # type: ignore[arg-type]
+
+
+def agent_turns() -> list[Turn]:
+    """The shipped sample conversation, as stored turns (headers, tool calls, tool output)."""
+    return [to_turn(m).model_copy(update={"id": i}) for i, m in enumerate(sample_conversation())]
+
+
+def corpora() -> dict[str, list[Turn]]:
+    """Offline, reproducible texts: stdlib docstrings (prose), stdlib source (code, drawn as tool
+    output in monospace) and the sample conversation's tool results."""
+    import json as json_mod
+    import textwrap as textwrap_mod
+
+    code = inspect.getsource(textwrap_mod) + inspect.getsource(json_mod.decoder)
+    tools = [str(m["content"]) for m in sample_conversation() if m["role"] == "tool"]
+    return {"prose": _turns(prose_corpus(), "user"),
+            "code": _turns([code[i:i + 3000] for i in range(0, len(code), 3000)], "tool"),
+            "tool": _turns(tools, "tool")}
+
+
+def font_for_density(tokens_per_page: int, base: RenderConfig | None = None) -> int:
+    """The largest font at which `tokens_per_page` prose tokens still fit on one page."""
+    tok, text = get_tokenizer(), "\n\n".join(prose_corpus()[:8])
+    best = 8
+    for size in range(8, 48):
+        cfg = (base or RenderConfig()).model_copy(update={"font_size": size})
+        lines = Layout(cfg).lines(Block(text))[: cfg.text_height // cfg.line_height]
+        if tok.count("\n".join(ln.text for ln in lines)) >= tokens_per_page:
+            best = size
+    return best
+
+
+def full_pages(config: RenderConfig, turns: Sequence[Turn], n: int, tokens_per_page: int) -> tuple[Layout, list[Page]]:
+    """`n` full pages of `turns` (the first page is skipped: it holds the corpus's opening)."""
+    layout = Layout(config)
+    packer = Packer(layout, get_tokenizer(), tokens_per_page=tokens_per_page)
+    for turn in turns:
+        packer.add(turn)
+        if len(packer.sealed) > n:
+            break
+    return layout, packer.sealed[1 : n + 1]
+
+
+@dataclass(frozen=True)
+class Cell:
+    density: int
+    font_px: int
+    corpus: str
+    tier: str
+    pages: int
+    text_tokens: float
+    char_acc: float
+    word_acc: float
+    number_recall: float
+    paper_tokens: int
+    positions: int
+    compression_paper: float
+    compression_positions: float
+    seconds_per_page: float
+
+
+def _word_acc(truth: str, read: str) -> float:
+    from rapidfuzz.distance import Levenshtein
+
+    a, b = normalize(truth).split(), normalize(read).split()
+    return 1.0 - Levenshtein.distance(a, b) / max(len(a), len(b), 1)
+
+
+def _number_recall(truth: str, read: str) -> float:
+    wanted = _NUMBER.findall(truth)
+    got = set(_NUMBER.findall(read))
+    return sum(1 for n in wanted if n in got) / len(wanted) if wanted else float("nan")
+
+
+def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000, 1200),
+            tiers: Sequence[Tier] = (Tier.BASE, Tier.SMALL, Tier.TINY), pages: int = 3,
+            vision: str | CostModel = "deepseek-ocr") -> list[Cell]:
+    model, tok, texts = get_cost_model(vision), get_tokenizer(), corpora()
+    cells = []
+    for density in densities:
+        font = font_for_density(density)
+        for name, corpus in texts.items():
+            layout, got = full_pages(RenderConfig(font_size=font), corpus, pages, density)
+            images = PageImages(layout)
+            truth = [p.text for p in got]
+            n_tokens = statistics.mean(tok.count(t) for t in truth)
+            for tier in tiers:
+                t0 = time.perf_counter()
+                read = reader.read_batch([images.at(p, tier) for p in got])
+                secs = (time.perf_counter() - t0) / len(got)
+                paper, pos = model.paper_tokens(tier, model.tier_size(tier)), model.page_tokens(tier)
+                recall = [r for r in map(_number_recall, truth, read) if not math.isnan(r)]
+                cells.append(Cell(
+                    density, font, name, tier.value, len(got), round(n_tokens, 1),
+                    statistics.mean(char_accuracy(t, s) for t, s in zip(truth, read)),
+                    statistics.mean(_word_acc(t, s) for t, s in zip(truth, read)),
+                    statistics.mean(recall) if recall else float("nan"),
+                    paper, pos, round(n_tokens / paper, 2), round(n_tokens / pos, 2), round(secs, 3)))
+    return cells
+
+
+def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> dict[str, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": out / "fidelity.csv", "md": out / "fidelity.md", "png": out / "fidelity.png"}
+    with paths["csv"].open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(cells[0])))
+        w.writeheader()
+        w.writerows(asdict(c) for c in cells)
+    rows = [f"Reader: {reader_name}; tokens: cl100k_base; compression = text tokens / image tokens "
+            "(paper count, and decoder positions).", "",
+            "| tokens/page | font | corpus | tier | char acc | word acc | numbers | compression (paper / positions) "
+            "| s/page |", "|---:|---:|---|---|---:|---:|---:|---|---:|"]
+    for c in cells:
+        rows.append(f"| {c.density} | {c.font_px} | {c.corpus} | {c.tier} | {c.char_acc:.2%} | {c.word_acc:.2%} | "
+                    f"{c.number_recall:.0%} | {c.compression_paper}x / {c.compression_positions}x | "
+                    f"{c.seconds_per_page} |")
+    paths["md"].write_text("\n".join(rows) + "\n")
+    _plot(cells, paths["png"], reader_name)
+    return paths
+
+
+def _plot(cells: Sequence[Cell], path: Path, reader_name: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; set here, at use, never at import of optictx
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for (x, y), label, style in ((zip(*FOX_TINY), "DeepSeek-OCR Tiny (paper, Fox)", "k--"),
+                                 (zip(*FOX_SMALL), "DeepSeek-OCR Small (paper, Fox)", "k:")):
+        ax.plot(list(x), list(y), style, label=label)
+    for corpus, marker in (("prose", "o"), ("code", "s"), ("tool", "^")):
+        for tier in sorted({c.tier for c in cells}):
+            mine = [c for c in cells if c.corpus == corpus and c.tier == tier]
+            pts = sorted((c.compression_paper, 100 * c.char_acc) for c in mine)
+            if pts:
+                ax.plot(*zip(*pts), marker=marker, label=f"optictx {corpus} {tier} ({reader_name})")
+    ax.set_xlabel("compression (text tokens / paper image tokens)")
+    ax.set_ylabel("character accuracy / precision (%)")
+    ax.set_title("Optical compression vs legibility")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
