@@ -154,9 +154,9 @@ def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> d
             "| tokens/page | font | corpus | tier | char acc | word acc | numbers | compression (paper / positions) "
             "| s/page |", "|---:|---:|---|---|---:|---:|---:|---|---:|"]
     for c in cells:
+        numbers = "-" if math.isnan(c.number_recall) else f"{c.number_recall:.0%}"  # "-": no 4+ digit numbers
         rows.append(f"| {c.density} | {c.font_px} | {c.corpus} | {c.tier} | {c.char_acc:.2%} | {c.word_acc:.2%} | "
-                    f"{c.number_recall:.0%} | {c.compression_paper}x / {c.compression_positions}x | "
-                    f"{c.seconds_per_page} |")
+                    f"{numbers} | {c.compression_paper}x / {c.compression_positions}x | {c.seconds_per_page} |")
     paths["md"].write_text("\n".join(rows) + "\n")
     _plot(cells, paths["png"], reader_name)
     return paths
