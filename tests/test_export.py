@@ -70,6 +70,20 @@ def test_anthropic_shape(ctx):
     TypeAdapter(list[MessageParam]).validate_python(msgs)
 
 
+def _send_json(handler: BaseHTTPRequestHandler, reply: dict) -> None:
+    data = json.dumps(reply).encode()
+    handler.send_response(200)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def _completion(model: str, content: str) -> dict:
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}
+
+
 class _Recorder(BaseHTTPRequestHandler):
     bodies: list[dict] = []
 
@@ -80,19 +94,12 @@ class _Recorder(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         _Recorder.bodies.append({"path": self.path, "body": body})
         if self.path.endswith("/chat/completions"):
-            reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": "ok"}}]}
+            reply = _completion(body["model"], "ok")
         else:
             reply = {"id": "msg_x", "type": "message", "role": "assistant", "model": body["model"],
                      "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
                      "usage": {"input_tokens": 1, "output_tokens": 1}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _send_json(self, reply)
 
 
 @pytest.fixture(scope="module")
@@ -187,15 +194,8 @@ class _OCRServer(BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
             return
-        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": f"{size[0]}x{size[1]}"}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply = _completion(body["model"], f"{size[0]}x{size[1]}")
+        _send_json(self, reply)
 
 
 def test_openai_reader_against_a_local_server():
