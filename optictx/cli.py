@@ -1,4 +1,4 @@
-"""`optictx` command line: demo, plan, render."""
+"""`optictx` command line: demo, plan, render, fidelity."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from .memory import Memory
 from .report import contact_sheet, plan_table
 from .turns import Turn, to_turn
 
-log = logging.getLogger("optictx")
 T = TypeVar("T")
 
 
@@ -37,7 +36,7 @@ def _memory(turns: Sequence[Turn], args: argparse.Namespace) -> Memory:
     mem = Memory(vision=args.vision, budget=Budget(tokens=args.budget), keep_recent=args.keep_recent,
                  tokens_per_page=args.tokens_per_page)
     for t in _progress(turns, "packing"):
-        mem.add(t, pin=t.pinned)
+        mem.add(t)  # a Turn keeps its own `pinned`
     return mem
 
 
@@ -61,9 +60,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ctx = mem.context()
     out = Path(args.out)
     names = _write_pages(ctx, out / "pages")
-    (out / "plan.md").write_text(plan_table(ctx, mem.transcript(), mem.stats(ctx)["text_tokens"]) + "\n")
-    contact_sheet(ctx).save(out / "contact_sheet.png")
     s = mem.stats(ctx)
+    (out / "plan.md").write_text(plan_table(ctx, mem.transcript(), s["text_tokens"]) + "\n")
+    contact_sheet(ctx).save(out / "contact_sheet.png")
     print(f"optictx demo: {s['turns']} turns ({s['text_tokens']} text tokens) -> {ctx.tokens} context tokens "
           f"under '{ctx.vision.name}' (budget {ctx.budget.limit}), {s['ratio']}x smaller")
     print(f"  pages per tier: {s['pages']}; sealed pages: {s['sealed_pages']}")

@@ -246,20 +246,23 @@ class Memory:
         fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
         fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
         plan = self._plan(budget, model, sum(s.tokens for s in fixed))
-        sheet = ""
-        if self.factsheet is not None:
-            count, lines = self.tokenizer.count, self._fact_lines(plan)
-            want = min(self.factsheet.max_tokens, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
-            short = want - (budget.limit - plan.tokens)
-            if short > 0:
-                # Not enough room left: demote pages further to make it (the fitter only ever
-                # demotes, so it can go on from this plan), then list what is still imaged.
-                tiers = self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short)
-                if tiers is not None:
-                    plan = plan.with_tiers(tiers)
-                    lines = self._fact_lines(plan)
-            sheet = self.factsheet.build(lines, budget.limit - plan.tokens, count)
+        plan, sheet = self._with_factsheet(plan, budget)
         return self._assemble(fixed, plan, sheet, budget, model)
+
+    def _with_factsheet(self, plan: _Plan, budget: Budget) -> tuple[_Plan, str]:
+        """The factsheet for this plan, after demoting pages further if it needs room."""
+        if self.factsheet is None:
+            return plan, ""
+        count, lines = self.tokenizer.count, self._fact_lines(plan)
+        want = min(self.factsheet.max_tokens, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
+        short = want - (budget.limit - plan.tokens)
+        if short > 0:
+            # The fitter only ever demotes, so it can go on from this plan with less room.
+            tiers = self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short)
+            if tiers is not None:
+                plan = plan.with_tiers(tiers)
+                lines = self._fact_lines(plan)  # only what is still imaged needs listing
+        return plan, self.factsheet.build(lines, budget.limit - plan.tokens, count)
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int) -> _Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
@@ -303,7 +306,7 @@ class Memory:
         segs: list[TextSegment | PageSegment] = list(fixed)
         kept = [(p, t, c) for p, t, c in zip(plan.pages, plan.tiers, plan.costs) if t is not Tier.GONE]
         if kept:
-            segs.append(TextSegment("caption", CAPTION, self.tokenizer.count(CAPTION)))
+            segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
         for page, tier, cost in kept:
             paper = cost.cost(tier) if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
             segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
