@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--budget", type=int, default=8192, help="context budget in tokens (default 8192)")
         sp.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS), help="consumer cost model")
         sp.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
-        sp.add_argument("--tokens-per-page", type=int, default=1000)
+        sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's, 1000)")
 
     demo = sub.add_parser("demo", help="shipped sample conversation -> pages, plan table, contact sheet")
     common(demo)

@@ -11,7 +11,7 @@ from typing import Any
 from PIL import Image
 
 from .packer import Page
-from .renderers import Layout, draw_page
+from .renderers import Layout, draw_page, line_boxes
 from .tiers import Tier, tier_image
 
 
@@ -74,9 +74,19 @@ class PageImages:
         key = (page.digest, tier)
         img = self._cache.get(key)
         if img is None:
-            img = tier_image(self.master(page), tier)
+            cfg = self.layout.config
+            img = tier_image(self.master(page), tier, downscale=cfg.downscale, gamma=cfg.gamma)
             self._cache.put(key, img, _image_bytes(img))
         return img
+
+    def boxes(self, page: Page, tier: Tier) -> list[tuple[int, int, int, int]]:
+        """Every line's box on the page's image at `tier`, in that image's pixels (for readers)."""
+        side = tier.side
+        if side is None:
+            raise ValueError(f"{tier.name} has no image")
+        f = side / self.layout.config.size
+        return [(round(x0 * f), round(y0 * f), round(x1 * f), round(y1 * f))
+                for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout.config))]
 
     def png_base64(self, page: Page, tier: Tier) -> str:
         """PNG of the page at `tier`, base64 text (what the exporters embed)."""

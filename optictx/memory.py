@@ -102,8 +102,8 @@ class Memory:
         budget: Budget = DEFAULT_BUDGET,
         keep_recent: int = 4,
         store: str | Path | Store | None = None,
-        tokens_per_page: int = 1000,
-        render: RenderConfig | None = None,
+        tokens_per_page: int | None = None,
+        render: RenderConfig | str | Path | None = None,
         tokenizer: Any = None,
         ladder: AgeLadder | None = None,
         fitter: OldestFirst | None = None,
@@ -115,15 +115,15 @@ class Memory:
         self.vision = get_cost_model(vision)
         self.budget = budget
         self.keep_recent = keep_recent
-        self.tokens_per_page = tokens_per_page
-        self.render = render or RenderConfig()
+        self.render = RenderConfig.load(render) if isinstance(render, (str, Path)) else render or RenderConfig()
+        self.tokens_per_page = tokens_per_page or self.render.tokens_per_page
         self.tokenizer = get_tokenizer(tokenizer)
         self.ladder = ladder or AgeLadder()
         self.fitter = fitter or OldestFirst()
         self.factsheet = factsheet
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
-        self._packer = Packer(self.layout, self.tokenizer, tokens_per_page)
+        self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
         self._system: list[Turn] = []
         self._pinned: list[Turn] = []
         self._window: list[Turn] = []

@@ -41,7 +41,13 @@ for _i, _t in enumerate(Tier):
 IMAGE_TIERS: tuple[Tier, ...] = tuple(_SIDE)
 
 
-def tier_image(master: Image.Image, tier: Tier) -> Image.Image:
+_FILTERS = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BICUBIC, "box": Image.Resampling.BOX,
+            "hamming": Image.Resampling.HAMMING}
+
+
+def tier_image(
+    master: Image.Image, tier: Tier, *, downscale: str = "reduce-bilinear", gamma: float = 1.0
+) -> Image.Image:
     """The master downscaled to the tier's side; the master itself when sizes match.
 
     An integer factor (1280 -> 640) is an exact box average (`reduce`): Tesseract read it as well
@@ -52,13 +58,19 @@ def tier_image(master: Image.Image, tier: Tier) -> Image.Image:
     side = tier.side
     if side is None:
         raise ValueError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
-    img = master
-    factor = master.width // side
-    if factor >= 2 and master.width == master.height:
-        img = master.reduce(factor)
-    if img.size == (side, side):
-        return img
-    return img.resize((side, side), Image.Resampling.BILINEAR)
+    if master.size == (side, side):
+        return master
+    if downscale in _FILTERS:
+        img = master.resize((side, side), _FILTERS[downscale])
+    else:
+        img, factor = master, master.width // side
+        if factor >= 2 and master.width == master.height:
+            img = master.reduce(factor)
+        if img.size != (side, side):
+            img = img.resize((side, side), Image.Resampling.BILINEAR)
+    if gamma != 1.0:
+        img = img.point([round(255 * (v / 255) ** gamma) for v in range(256)] * len(img.getbands()))
+    return img
 
 
 def gundam_views(

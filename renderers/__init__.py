@@ -1,7 +1,7 @@
 """optictx.renderers: text -> page images. Pillow only; knows nothing of memory or budgets."""
 
 from .config import RenderConfig
-from .draw import LineBox, RenderError, draw_page, lines_height
+from .draw import LineBox, RenderError, draw_page, line_boxes, lines_height
 from .fonts import FontError, FontSet
 from .layout import Block, Layout, Line, Style, displayable
 
@@ -17,5 +17,6 @@ __all__ = [
     "Style",
     "displayable",
     "draw_page",
+    "line_boxes",
     "lines_height",
 ]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
+from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Downscale = Literal["reduce-bilinear", "lanczos", "bicubic", "box", "hamming"]
 
 
 class RenderConfig(BaseModel):
@@ -32,6 +36,16 @@ class RenderConfig(BaseModel):
     system_fallbacks: bool = Field(
         True, description="also try known system fonts (fonts-noto-cjk, fonts-droid-fallback)"
     )
+    body_font: Literal["sans", "mono"] = Field("sans", description="DejaVu face for prose (code is always mono)")
+    stroke: int = Field(0, ge=0, le=3, description="extra stroke width in px at master size (bolder glyphs)")
+    gamma: float = Field(1.0, ge=0.25, le=4.0, description="applied to downscaled tiers: > 1 darkens grey edges")
+    downscale: Downscale = Field(
+        "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
+        "factor then bilinear the rest of the way, or one Pillow filter all the way",
+    )
+    # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
+    # describes a whole page design, and the page digest covers it.
+    tokens_per_page: int = Field(1000, ge=16, le=100_000, description="text tokens a page holds at most")
 
     @property
     def line_height(self) -> int:
@@ -48,6 +62,17 @@ class RenderConfig(BaseModel):
     @property
     def text_height(self) -> int:
         return self.size - 2 * self.margin
+
+    @classmethod
+    def load(cls, path: str | Path) -> RenderConfig:
+        """A config saved with `save` (or written by `optictx tune`); ValueError names a bad file."""
+        try:
+            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValidationError) as exc:
+            raise ValueError(f"{path}: not a RenderConfig JSON file ({exc})") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
     @cached_property
     def digest(self) -> str:

@@ -140,7 +140,7 @@ def _fontset(config: RenderConfig) -> FontSet:
         paths = (str(primary), str(second), *extra)
         return FontChain(tuple(Face(p, size) for p in paths))
 
-    body = chain(SANS, config.font_size, MONO)
+    body = chain(MONO, config.font_size, SANS) if config.body_font == "mono" else chain(SANS, config.font_size, MONO)
     header = chain(SANS_BOLD, config.header_size, SANS)
     code = chain(MONO, config.font_size, SANS)
     files = sorted({f.path for c in (body, header, code) for f in c.faces})

@@ -52,3 +52,20 @@ def test_missing_language_model_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("TESSDATA_PREFIX", str(tmp_path))
     with pytest.raises(ReaderError, match="apt-get install tesseract-ocr"):
         TesseractReader(lang="xx")
+
+
+@needs_tesseract
+def test_line_box_reading_reads_each_drawn_line():
+    from optictx.readers import TesseractReader
+
+    mem = Memory(keep_recent=0)
+    for chunk in prose_corpus()[:2]:
+        mem.add({"role": "user", "content": chunk})
+    page = mem.pages[0]
+    image, boxes = mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL)
+    assert len(boxes) == len(page.lines) and boxes[0][0] == round(24 * 640 / 1280)
+    got = TesseractReader(line_boxes=True, workers=1).read(image, boxes)
+    assert len(got.split("\n")) == len(page.lines)  # one result per line: blank lines stay blank
+    assert char_accuracy(page.text, got) >= 0.98
+    page_mode = TesseractReader(workers=1)
+    assert page_mode.read(image, boxes) == page_mode.read(image)  # page mode ignores the boxes

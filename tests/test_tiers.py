@@ -46,3 +46,30 @@ def test_wheel_carries_fonts_and_subpackages(tmp_path):
                    "optictx/renderers/fonts/LICENSE-DejaVu.txt", "optictx/models/__init__.py"):
         assert needed in names
     assert not any(n.startswith(("renderers/", "models/")) for n in names)  # no generic top-level packages
+
+
+def test_render_settings_change_the_pixels_and_round_trip_through_json(tmp_path):
+    from optictx.renderers import RenderConfig
+
+    def small(**settings):
+        mem = Memory(keep_recent=0, render=RenderConfig(**settings))
+        mem.add({"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 40})
+        return mem.images.at(mem.pages[0], Tier.SMALL)
+
+    def ink(img):
+        return img.width * img.height * 255 - sum(h * v for v, h in enumerate(img.histogram()))
+
+    plain = small()
+    assert ink(small(stroke=1)) > 1.3 * ink(plain)  # bolder glyphs
+    assert ink(small(gamma=2.0)) > ink(plain)  # darker edges
+    assert small(downscale="lanczos").tobytes() != plain.tobytes()
+    assert small(body_font="mono").tobytes() != plain.tobytes()
+
+    tuned = RenderConfig(font_size=19, line_spacing=1.1, tokens_per_page=1100, gamma=1.5)
+    tuned.save(tmp_path / "render.json")
+    mem = Memory(render=tmp_path / "render.json")
+    assert mem.render == tuned and mem.tokens_per_page == 1100
+    assert Memory(render=tuned, tokens_per_page=900).tokens_per_page == 900  # the argument wins
+    (tmp_path / "bad.json").write_text('{"font_size": "huge"}')
+    with pytest.raises(ValueError, match="bad.json: not a RenderConfig"):
+        Memory(render=tmp_path / "bad.json")
