@@ -1,4 +1,4 @@
-"""`optictx` command line: demo, plan, render, fidelity."""
+"""`optictx` command line: demo, plan, render, fidelity, tune."""
 
 from __future__ import annotations
 
@@ -95,23 +95,63 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fidelity(args: argparse.Namespace) -> int:
-    from .eval.fidelity import measure, write_outputs
+def _reader(args: argparse.Namespace) -> tuple[Any, str]:
     from .readers import OpenAIReader, TesseractReader
-    from .tiers import Tier
 
     if args.reader == "tesseract":
-        reader, name = TesseractReader(), "Tesseract 5"
-    else:
-        if not args.base_url or not args.model:
-            raise ValueError("--reader openai needs --base-url and --model")
-        reader, name = OpenAIReader(args.base_url, args.model), args.model
+        lines = getattr(args, "line_boxes", False)
+        return TesseractReader(line_boxes=lines), "Tesseract 5" + (" (line boxes)" if lines else "")
+    if not args.base_url or not args.model:
+        raise ValueError("--reader openai needs --base-url and --model")
+    return OpenAIReader(args.base_url, args.model), args.model
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from .eval.fidelity import measure, write_outputs
+    from .tiers import Tier
+
+    reader, name = _reader(args)
     t0 = time.perf_counter()
     cells = measure(reader, densities=args.densities, tiers=[Tier(t) for t in args.tiers], pages=args.pages,
                     vision=args.vision)
     paths = write_outputs(cells, args.out, name)
     print(Path(paths["md"]).read_text())
+    if args.peer:
+        paths.update(_peer(reader, name, args))
     print(f"wrote {', '.join(str(p) for p in paths.values())} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _peer(reader: Any, name: str, args: argparse.Namespace) -> dict[str, Path]:
+    try:
+        import pixelprompt  # noqa: F401
+    except ImportError:
+        print("pixelprompt is not installed (pip install 'optictx[eval]'): no peer comparison", file=sys.stderr)
+        return {}
+    from .eval import peer
+
+    paths = peer.write_outputs(peer.compare(reader, pages=args.pages), args.out, name)
+    print(paths["md"].read_text())
+    return {f"peer_{k}": v for k, v in paths.items()}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .eval.tune import Scorer, summary, tune, write_outputs
+    from .renderers import RenderConfig
+    from .tiers import Tier
+
+    reader, name = _reader(args)
+    t0 = time.perf_counter()
+    scorer = Scorer(reader, Tier(args.tier), corpus=args.corpus, pages=args.pages, min_accuracy=args.min_accuracy,
+                    vision=args.vision)
+    start = RenderConfig.load(args.start) if args.start else None
+    log = (lambda t: print(f"  trial {t.step}: {t.changed} -> {t.char_acc:.2%} at {t.compression}x, score {t.score}",
+                           file=sys.stderr)) if args.verbose else None
+    result = tune(scorer, start=start, max_evals=args.max_evals, seed=args.seed, on_trial=log)
+    paths = write_outputs(result, args.out)
+    print(summary(result, scorer, name))
+    print(f"wrote {paths['config']} (load it with Memory(render=...)) and {paths['trials']} "
+          f"in {time.perf_counter() - t0:.0f} s")
     return 0
 
 
@@ -125,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS), help="consumer cost model")
         sp.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
         sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's, 1000)")
+
+    def readers(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--reader", default="tesseract", choices=["tesseract", "openai"])
+        sp.add_argument("--line-boxes", action="store_true", help="Tesseract: read the renderer's lines one by one")
+        sp.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
+        sp.add_argument("--model", help="model name on that server, for --reader openai")
 
     demo = sub.add_parser("demo", help="shipped sample conversation -> pages, plan table, contact sheet")
     common(demo)
@@ -146,10 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
                      choices=["gundam", "large", "base", "small", "tiny"])
     fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
-    fid.add_argument("--reader", default="tesseract", choices=["tesseract", "openai"])
-    fid.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
-    fid.add_argument("--model", help="model name on that server, for --reader openai")
+    fid.add_argument("--no-peer", dest="peer", action="store_false",
+                     help="skip the side-by-side with pixelprompt under the anthropic cost model")
+    readers(fid)
     fid.set_defaults(func=cmd_fidelity)
+    tune = sub.add_parser("tune", help="search render settings for the most legible text per visual token")
+    tune.add_argument("--out", default="out/tune", help="folder for render.json and trials.csv")
+    tune.add_argument("--tier", default="tiny", choices=["large", "base", "small", "tiny"])
+    tune.add_argument("--corpus", default="prose", choices=["prose", "code", "tool"])
+    tune.add_argument("--pages", type=int, default=3, help="full pages read per trial (default 3)")
+    tune.add_argument("--max-evals", type=int, default=40, help="trials at most (default 40)")
+    tune.add_argument("--min-accuracy", type=float, help="legibility floor (default by tier: small 0.99, tiny 0.97)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--start", help="RenderConfig JSON to start from (default: the built-in default)")
+    tune.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
+    readers(tune)
+    tune.set_defaults(func=cmd_tune)
     return p
 
 

@@ -170,10 +170,15 @@ class Anthropic(CostModel):
     max_edge: int = 1568
     max_pixels: int = 1092 * 1092
 
-    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+    def seen_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """The size Claude looks at after its resize (what a legibility test should read)."""
         w, h = size
         s = min(1.0, self.max_edge / max(w, h), math.sqrt(self.max_pixels / (w * h)))
-        return math.ceil(math.floor(w * s) * math.floor(h * s) / 750)
+        return math.floor(w * s), math.floor(h * s)
+
+    def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
+        w, h = self.seen_size(size)
+        return math.ceil(w * h / 750)
 
 
 @dataclass(frozen=True)

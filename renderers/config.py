@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import cached_property
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -74,8 +74,15 @@ class RenderConfig(BaseModel):
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
-    @cached_property
+    @property
     def digest(self) -> str:
         """Short stable hash of the settings (fonts are hashed separately by the FontSet)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return _digest(self)
+
+
+@lru_cache(maxsize=256)
+def _digest(config: RenderConfig) -> str:
+    # Not a cached_property: `model_copy(update=...)` copies the instance dict, and with it a
+    # cached digest of the settings it was copied from.
+    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

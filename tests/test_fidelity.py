@@ -1,8 +1,10 @@
 import csv
 
+import pytest
 from conftest import needs_tesseract
 from PIL import Image
 
+from optictx import Tier
 from optictx.cli import main
 from optictx.eval.fidelity import corpora, font_for_density
 
@@ -16,7 +18,8 @@ def test_corpora_are_offline_and_cover_three_kinds():
 @needs_tesseract
 def test_fidelity_cli_writes_csv_table_and_plot(tmp_path, capsys):
     out = tmp_path / "fid"
-    assert main(["fidelity", "--out", str(out), "--pages", "1", "--densities", "1000", "--tiers", "small"]) == 0
+    assert main(["fidelity", "--out", str(out), "--pages", "1", "--densities", "1000", "--tiers", "small",
+                 "--no-peer"]) == 0
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
     assert {r["corpus"] for r in rows} == {"prose", "code", "tool"}
     prose = next(r for r in rows if r["corpus"] == "prose")
@@ -25,3 +28,43 @@ def test_fidelity_cli_writes_csv_table_and_plot(tmp_path, capsys):
     assert "| 1000 |" in (out / "fidelity.md").read_text()
     assert Image.open(out / "fidelity.png").size[0] > 500
     assert "wrote" in capsys.readouterr().out
+
+
+@needs_tesseract
+def test_pixelprompt_side_by_side_prices_both_at_claude_rates(tmp_path):
+    pytest.importorskip("pixelprompt", reason="pixelprompt is in the eval extra")
+    from optictx.cost import get_cost_model
+    from optictx.eval import peer
+    from optictx.readers import TesseractReader
+
+    rows = peer.compare(TesseractReader(), pages=1, font_sizes=(None,), corpus_names=("prose",))
+    ours = {r.setting: r for r in rows if r.system == "optictx"}
+    theirs = [r for r in rows if r.system == "pixelprompt"]
+    assert set(ours) == {"large", "base", "small", "tiny"} and len(theirs) == 1
+    assert ours["tiny"].image_tokens == get_cost_model("anthropic").page_tokens(Tier.TINY) == 350
+    assert ours["tiny"].char_acc >= 0.97 and 0 <= theirs[0].char_acc <= 1
+    assert theirs[0].text_tokens == ours["tiny"].text_tokens  # the same source text for both
+    (pp, mine), = peer.equal_cost_pairs(rows)
+    assert pp is theirs[0] and mine.system == "optictx"
+    paths = peer.write_outputs(rows, tmp_path, "Tesseract 5")
+    assert "At equal cost" in paths["md"].read_text() and paths["csv"].is_file()
+
+
+@needs_tesseract
+def test_tuner_writes_a_config_memory_loads_and_repeats_itself(tmp_path, capsys):
+    from optictx import Memory
+    from optictx.eval.tune import Scorer, tune
+    from optictx.readers import TesseractReader
+
+    args = ["tune", "--tier", "small", "--pages", "1", "--max-evals", "3", "--seed", "3", "--out", str(tmp_path)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "held-out pages" in text and "Memory(render=...)" in text
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
+    assert len(rows) == 3 and rows[0]["changed"] == ""  # the default is trial 0
+    mem = Memory(render=tmp_path / "render.json")
+    assert mem.render.font_size == font_for_density(mem.render.tokens_per_page, mem.render)
+
+    again = tune(Scorer(TesseractReader(), Tier.SMALL, pages=1), max_evals=3, seed=3)
+    assert [str(t.score) for t in again.trials] == [r["score"] for r in rows]  # seeded: the same trials
+    assert again.best.config == mem.render

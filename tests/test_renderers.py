@@ -74,3 +74,10 @@ def test_rtl_and_cjk_render_without_error():
 def test_monospace_width_shortcut_matches_freetype(text):
     m = LAYOUT._m["code"]
     assert abs(m.width(text) - m.chain.faces[0].font.getlength(text)) < 0.5
+
+
+def test_a_copied_config_has_its_own_digest():
+    base = RenderConfig()
+    assert base.digest  # computed before the copy: a cached value must not travel with it
+    copy = base.model_copy(update={"font_size": 12})
+    assert copy.digest == RenderConfig(font_size=12).digest != base.digest

@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ..cost import CostModel, get_cost_model
@@ -61,26 +62,36 @@ def corpora() -> dict[str, list[Turn]]:
 
 
 def font_for_density(tokens_per_page: int, base: RenderConfig | None = None) -> int:
-    """The largest font at which `tokens_per_page` prose tokens still fit on one page."""
+    """The largest font (8-47 px) at which `tokens_per_page` prose tokens still fit on one page."""
+    return _font_for_density(tokens_per_page, base or RenderConfig())
+
+
+@lru_cache(maxsize=256)
+def _font_for_density(tokens_per_page: int, base: RenderConfig) -> int:
     tok, text = get_tokenizer(), "\n\n".join(prose_corpus()[:8])
-    best = 8
-    for size in range(8, 48):
-        cfg = (base or RenderConfig()).model_copy(update={"font_size": size})
+
+    def holds(size: int) -> bool:
+        cfg = base.model_copy(update={"font_size": size})
         lines = Layout(cfg).lines(Block(text))[: cfg.text_height // cfg.line_height]
-        if tok.count("\n".join(ln.text for ln in lines)) >= tokens_per_page:
-            best = size
-    return best
+        return tok.count("\n".join(ln.text for ln in lines)) >= tokens_per_page
+
+    lo, hi = 8, 48  # tokens per page fall as the font grows: bisect for the last size that holds
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return lo
 
 
-def full_pages(config: RenderConfig, turns: Sequence[Turn], n: int, tokens_per_page: int) -> tuple[Layout, list[Page]]:
-    """`n` full pages of `turns` (the first page is skipped: it holds the corpus's opening)."""
+def full_pages(config: RenderConfig, turns: Sequence[Turn], n: int, tokens_per_page: int,
+               *, skip: int = 1) -> tuple[Layout, list[Page]]:
+    """`n` full pages of `turns` after the first `skip` (by default the corpus's opening page)."""
     layout = Layout(config)
     packer = Packer(layout, get_tokenizer(), tokens_per_page=tokens_per_page)
     for turn in turns:
         packer.add(turn)
-        if len(packer.sealed) > n:
+        if len(packer.sealed) >= skip + n:
             break
-    return layout, packer.sealed[1 : n + 1]
+    return layout, packer.sealed[skip : skip + n]
 
 
 @dataclass(frozen=True)
