@@ -8,6 +8,7 @@ from .budget import Budget
 from .context import Context, PageSegment, TextSegment
 from .cost import COST_MODELS, CostModel, get_cost_model
 from .errors import BudgetError, ConversationFileError, OptictxError, StoreError
+from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
 from .memory import Memory
 from .renderers import RenderConfig, RenderError
@@ -28,6 +29,7 @@ __all__ = [
     "ConversationFileError",
     "CostModel",
     "KVGeometry",
+    "LegibilityGate",
     "Memory",
     "OldestFirst",
     "OptictxError",

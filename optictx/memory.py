@@ -13,6 +13,7 @@ from .context import CAPTION, Context, PageSegment, TextSegment
 from .cost import CostModel, get_cost_model
 from .errors import BudgetError, StoreError
 from .facts import Factsheet
+from .gate import LegibilityGate
 from .images import PageImages
 from .packer import Packer, Page
 from .renderers import Layout, RenderConfig
@@ -58,6 +59,11 @@ class _Plan:
     costs: list[PageCost]
     other_tokens: int  # fixed and recent text
     caption_tokens: int
+
+    @cached_property
+    def sent(self) -> list[Tier]:
+        """The tier each page is sent at: `tiers` are scheduled, possibly below a gate's floor."""
+        return [c.actual(t) for c, t in zip(self.costs, self.tiers)]
 
     @cached_property
     def page_tokens(self) -> int:
@@ -108,6 +114,7 @@ class Memory:
         ladder: AgeLadder | None = None,
         fitter: OldestFirst | None = None,
         factsheet: Factsheet | None = Factsheet(),  # noqa: B008 (frozen, safe to share)
+        gate: LegibilityGate | None = None,
         image_cache_bytes: int = 256 * 2**20,
     ) -> None:
         if keep_recent < 0:
@@ -121,6 +128,7 @@ class Memory:
         self.ladder = ladder or AgeLadder()
         self.fitter = fitter or OldestFirst()
         self.factsheet = factsheet
+        self.gate = gate
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
@@ -269,10 +277,15 @@ class Memory:
         tok, window = self.tokenizer, self._window
         caption_tokens = tok.count(CAPTION)
         recent_tokens = [self._tokens[t.id] for t in window]  # type: ignore[index]
+        # The gate reads sealed pages only: unsealed ones change with every turn, and they are
+        # the newest, which the ladder keeps sharpest.
+        sealed = self._packer.sealed
+        floors = self.gate.floors(sealed, self.images) if self.gate else [Tier.GONE] * len(sealed)
         for cut in safe_cuts(window):
             extra = self._packer.preview(window[:cut])
-            pages = [*self._packer.sealed, *extra]
-            costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model)
+            pages = [*sealed, *extra]
+            costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model,
+                               [*floors, *[Tier.GONE] * len(extra)])
             room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
             tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
             if tiers is None and room >= 0:
@@ -288,7 +301,7 @@ class Memory:
     def _fact_lines(self, plan: _Plan) -> list[str]:
         """Factsheet lines for the turns drawn on image pages (text and GONE pages need none)."""
         assert self.factsheet is not None
-        imaged = {tid for p, t in zip(plan.pages, plan.tiers) if t.is_image for tid in p.turn_ids}
+        imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image for tid in p.turn_ids}
         window = {t.id: t for t in self._window[: plan.cut]}  # recent turns this plan put on pages
         facts = []
         for tid in imaged:
@@ -304,17 +317,17 @@ class Memory:
     def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
                   model: CostModel) -> Context:
         segs: list[TextSegment | PageSegment] = list(fixed)
-        kept = [(p, t, c) for p, t, c in zip(plan.pages, plan.tiers, plan.costs) if t is not Tier.GONE]
+        kept = [(p, t, c) for p, t, c in zip(plan.pages, plan.sent, plan.costs) if t is not Tier.GONE]
         if kept:
             segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
         for page, tier, cost in kept:
-            paper = cost.cost(tier) if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
+            paper = cost.text_tokens if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
             segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
         if sheet:
             segs.append(TextSegment("factsheet", sheet, self.tokenizer.count(sheet)))
         window = self._window[plan.cut:]
         segs += [TextSegment("recent", t.text, self._tokens[t.id], t) for t in window]  # type: ignore[index]
-        gone = tuple(p for p, t in zip(plan.pages, plan.tiers) if t is Tier.GONE)
+        gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
         return Context(tuple(segs), budget, model, gone)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:

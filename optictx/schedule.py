@@ -2,7 +2,8 @@
 
 Two small strategies, each behind one method: a decay ladder (tier by page age) and a fitter
 (demote until the budget holds). The invariants they keep are tested as properties:
-- decay is monotone: a newer page never has a lower tier than an older one;
+- decay is monotone: a newer page never has a lower tier than an older one (in scheduled tiers;
+  a legibility gate may then raise a page to the floor it needs, see `PageCost`);
 - an image tier is used only where it costs less than the page's text;
 - the result fits the limit, or the scheduler says it cannot (None).
 """
@@ -22,28 +23,45 @@ from .tiers import IMAGE_TIERS, Tier
 class PageCost:
     """What each tier of one page costs; `options` are the tiers it may take, sharpest first.
 
+    `floor` is the least sharp tier a legibility gate found readable (GONE: no gate). Tiers the
+    scheduler picks below it are *virtual*: they stand for the floor (`actual`) and cost what the
+    floor costs, so the ladder, the fitter and the monotone rule work unchanged on virtual tiers
+    while every page actually sent stays legible. A floor whose image does not pay is TEXT.
+
     The lookups the fitter makes per step are precomputed: a context over a thousand pages runs
     tens of thousands of them.
     """
 
     text_tokens: int
     costs: Mapping[Tier, int]
+    floor: Tier = Tier.GONE
     options: tuple[Tier, ...] = field(init=False)
     _cost: dict[Tier, int] = field(init=False, repr=False)
     _below: dict[Tier, Tier] = field(init=False, repr=False)
+    _actual: dict[Tier, Tier] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        paying = tuple(t for t in IMAGE_TIERS if self.costs[t] < self.text_tokens)
+        real = {Tier.TEXT: self.text_tokens, Tier.GONE: 0, **self.costs}
+        floor = self.floor
+        if floor.is_image and real[floor] >= self.text_tokens:
+            floor = Tier.TEXT  # the legible image costs more than the text: send the text
+        actual = {t: floor if t.is_image and t.rank < floor.rank else t for t in Tier}
+        cost = {t: real[actual[t]] for t in Tier}
+        paying = tuple(t for t in IMAGE_TIERS if actual[t] is Tier.TEXT or cost[t] < self.text_tokens)
         options = (Tier.TEXT, *paying, Tier.GONE)
-        cost = {Tier.TEXT: self.text_tokens, Tier.GONE: 0, **self.costs}
         below = {t: next(u for u in options if u.rank < t.rank and cost[u] < cost[t])
                  for t in options if t is not Tier.GONE}
         object.__setattr__(self, "options", options)
         object.__setattr__(self, "_cost", cost)
         object.__setattr__(self, "_below", below)
+        object.__setattr__(self, "_actual", actual)
 
     def cost(self, tier: Tier) -> int:
         return self._cost[tier]
+
+    def actual(self, tier: Tier) -> Tier:
+        """The tier sent for a scheduled (possibly virtual) tier: itself, or the gate's floor."""
+        return self._actual[tier]
 
     def best_at_most(self, rank: int) -> Tier:
         """The sharpest option whose rank is <= `rank` (GONE at worst)."""
@@ -55,14 +73,15 @@ class PageCost:
 
 
 @lru_cache(maxsize=8192)
-def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...]) -> PageCost:
-    return PageCost(text_tokens, dict(per_tier))
+def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...], floor: Tier) -> PageCost:
+    return PageCost(text_tokens, dict(per_tier), floor)
 
 
-def page_costs(text_tokens: Sequence[int], model: CostModel) -> list[PageCost]:
-    """Cost tables for pages of these text sizes; equal sizes share one immutable table."""
+def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Tier] | None = None) -> list[PageCost]:
+    """Cost tables for pages of these text sizes (and gate floors); equal ones share one table."""
     per_tier = tuple((t, model.page_tokens(t)) for t in IMAGE_TIERS)  # square pages: same for all
-    return [_page_cost(n, per_tier) for n in text_tokens]
+    floors = floors or [Tier.GONE] * len(text_tokens)
+    return [_page_cost(n, per_tier, f) for n, f in zip(text_tokens, floors)]
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,37 @@ def test_page_cost_options_only_list_paying_tiers():
     c = PageCost(200, {t: COST_MODELS["deepseek-ocr"].page_tokens(t) for t in
                        (Tier.GUNDAM, Tier.LARGE, Tier.BASE, Tier.SMALL, Tier.TINY)})
     assert c.options == (Tier.TEXT, Tier.SMALL, Tier.TINY, Tier.GONE)
+
+
+FLOORS = st.sampled_from([Tier.GONE, Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE, Tier.TEXT])
+
+
+@PROPS
+@given(st.lists(st.tuples(st.integers(20, 1500), FLOORS), min_size=1, max_size=40), st.integers(0, 20000), VISIONS)
+def test_gate_floors_are_never_undercut_and_the_budget_holds(pages, room, vision):
+    """With a legibility gate, every page is sent at or above its floor (or dropped), the budget
+    holds, and the tiers it was scheduled at stay monotone: only a floor raises a page."""
+    costs = page_costs([n for n, _ in pages], COST_MODELS[vision], [f for _, f in pages])
+    tiers = schedule(costs, room, AgeLadder(), OldestFirst())
+    assert tiers is not None  # all GONE always fits a room >= 0
+    sent = [c.actual(t) for c, t in zip(costs, tiers)]
+    assert sum(c.cost(t) for c, t in zip(costs, tiers)) <= room
+    assert sum(c.cost(t) for c, t in zip(costs, sent)) <= room  # what is sent costs what was scheduled
+    for (_, floor), s in zip(pages, sent):
+        assert s is Tier.GONE or s.rank >= floor.rank
+    assert all(newer.rank >= older.rank for older, newer in zip(tiers, tiers[1:]))
+    for c, t, s in zip(costs, tiers, sent):
+        assert s == t or s in (c.floor, Tier.TEXT)  # raised only to the floor (text if it does not pay)
+
+
+def test_gated_page_is_sent_at_its_floor_not_blurred_further():
+    model = COST_MODELS["deepseek-ocr"]
+    plain, gated = page_costs([1000, 1000], model, [Tier.GONE, Tier.BASE])
+    ladder = AgeLadder(steps=(), rest=Tier.TINY)  # every page wants TINY
+    tiers = schedule([gated, plain], 10_000, ladder, OldestFirst())
+    assert [c.actual(t) for c, t in zip([gated, plain], tiers)] == [Tier.BASE, Tier.TINY]
+    # Room for only the newer page's TINY: the gated page is dropped, never sent below BASE.
+    tiers = schedule([gated, plain], model.page_tokens(Tier.TINY), ladder, OldestFirst(batch=1))
+    assert [gated.actual(tiers[0]), plain.actual(tiers[1])] == [Tier.GONE, Tier.TINY]
+    sparse = page_costs([200], model, [Tier.BASE])[0]  # BASE (273) costs more than its 200 text tokens
+    assert sparse.actual(Tier.TINY) is Tier.TEXT

@@ -116,7 +116,8 @@ def _combined(search: Trial, held: Trial) -> float:
 def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 40, seed: int = 0,
          finalists: int = 5, on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
     """Coordinate ascent over `SPACE` from `start` (the default config), `max_evals` trials at
-    most, then the best `finalists` and the default re-scored on held-out pages."""
+    most, then the best `finalists`, the best at each density and the default re-scored on
+    held-out pages."""
     rng = random.Random(seed)
     default = scorer.trial(0, "", fitted(start or RenderConfig()))
     best, trials, seen = default, [default], {default.config}
@@ -140,7 +141,9 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
     # lucky page decides: the finalists are judged again on pages the search never read, and
     # the winner is the best over both sets.
     held = scorer.pages + 1
-    finalists = sorted({default, *sorted(trials, key=lambda t: -t.score)[:finalists]}, key=lambda t: t.step)
+    ranked = sorted(trials, key=lambda t: -t.score)
+    per_density = {t.config.tokens_per_page: t for t in reversed(ranked)}  # the best at each density
+    finalists = sorted({default, *ranked[:finalists], *per_density.values()}, key=lambda t: t.step)
     checked = {t: scorer.trial(t.step, t.changed, t.config, skip=held) for t in finalists}
     best = max(finalists, key=lambda t: _combined(t, checked[t]))
     held_out = {"default": checked[default], "best": checked[best]}

@@ -1,0 +1,66 @@
+"""Legibility gate: never send a page at a tier its reader cannot read.
+
+For each sealed page the gate reads the page back, least sharp tier first, and keeps the first
+tier whose character error rate is within the threshold: the page's *floor*. The scheduler then
+never sends the page below its floor; where the ladder or the budget asks for less, the page is
+sent at its floor (or as text, when even the sharpest image fails or costs more than the text),
+and budget fitting drops it rather than blur it further. Tiers sharper than a legible one are
+taken as legible too, so a page costs one read when its smallest tier passes.
+
+    mem = Memory(gate=LegibilityGate(TesseractReader(), max_cer={Tier.TINY: 0.03, Tier.SMALL: 0.01}))
+
+Off by default: Tesseract needs about a second per page and tier on two cores, paid once per page
+(results are cached by page digest), while the default path renders in milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+from .images import PageImages
+from .packer import Page
+from .readers import Reader, char_accuracy
+from .tiers import Tier
+
+GATED_TIERS = (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)  # least sharp first: the reading order
+
+
+class LegibilityGate:
+    """The least sharp legible tier of each page, from a reader and a CER threshold per tier."""
+
+    def __init__(self, reader: Reader, max_cer: float | Mapping[Tier, float] = 0.02) -> None:
+        limits = dict(max_cer) if isinstance(max_cer, Mapping) else dict.fromkeys(GATED_TIERS, max_cer)
+        bad = [t for t, v in limits.items() if t not in GATED_TIERS or not 0 <= v <= 1]
+        if bad:
+            raise ValueError(f"max_cer needs a rate in [0, 1] for tiers among {[t.value for t in GATED_TIERS]}; "
+                             f"got {bad}")
+        self.reader = reader
+        self.max_cer = limits  # a tier left out is not checked: taken as legible
+        self.reads = 0  # page reads done, for tests and benchmarks
+        self.cer: dict[tuple[str, Tier], float] = {}  # (page digest, tier) -> measured error rate
+        self._floors: dict[str, Tier] = {}
+        self._lock = threading.Lock()
+
+    def floors(self, pages: Sequence[Page], images: PageImages) -> list[Tier]:
+        """Each page's floor (cached by digest). Pages still to measure are read in one batch per
+        tier, the reader's workers in parallel."""
+        with self._lock:
+            todo = {p.digest: p for p in pages if p.digest not in self._floors}
+            for tier in GATED_TIERS:
+                if not todo:
+                    break
+                limit = self.max_cer.get(tier)
+                if limit is None:  # not checked: every page still open takes this tier
+                    self._floors.update(dict.fromkeys(todo, tier))
+                    break
+                batch = list(todo.values())
+                read = self.reader.read_batch([images.at(p, tier) for p in batch])
+                self.reads += len(batch)
+                for page, text in zip(batch, read):
+                    cer = self.cer[page.digest, tier] = 1.0 - char_accuracy(page.text, text)
+                    if cer <= limit:
+                        self._floors[page.digest] = tier
+                        del todo[page.digest]
+            self._floors.update(dict.fromkeys(todo, Tier.TEXT))  # no image tier reads well enough
+            return [self._floors[p.digest] for p in pages]
