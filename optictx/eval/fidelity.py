@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..cost import CostModel, get_cost_model
 from ..images import PageImages
@@ -139,7 +140,7 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
             n_tokens = statistics.mean(tok.count(t) for t in truth)
             for tier in tiers:
                 t0 = time.perf_counter()
-                read = reader.read_batch([images.at(p, tier) for p in got])
+                read = reader.read_batch([images.at(p, tier) for p in got], [images.boxes(p, tier) for p in got])
                 secs = (time.perf_counter() - t0) / len(got)
                 paper, pos = model.paper_tokens(tier, model.tier_size(tier)), model.page_tokens(tier)
                 recall = [r for r in map(_number_recall, truth, read) if not math.isnan(r)]
@@ -152,14 +153,19 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
     return cells
 
 
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows of equal keys as a CSV with a header (the eval outputs share it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> dict[str, Path]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "fidelity.csv", "md": out / "fidelity.md", "png": out / "fidelity.png"}
-    with paths["csv"].open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(cells[0])))
-        w.writeheader()
-        w.writerows(asdict(c) for c in cells)
+    write_csv(paths["csv"], [asdict(c) for c in cells])
     rows = [f"Reader: {reader_name}; tokens: cl100k_base; compression = text tokens / image tokens "
             "(paper count, and decoder positions).", "",
             "| tokens/page | font | corpus | tier | char acc | word acc | numbers | compression (paper / positions) "

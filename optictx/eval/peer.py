@@ -10,7 +10,6 @@ cost: each pixelprompt setting against the optictx tier whose compression is nea
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -24,7 +23,7 @@ from ..readers import CachedReader, char_accuracy
 from ..renderers import RenderConfig
 from ..tiers import Tier
 from ..tokens import get_tokenizer
-from .fidelity import corpora, full_pages
+from .fidelity import corpora, full_pages, write_csv
 
 PRESET = {"prose": "prose", "code": "code", "tool": "code"}  # tool output is not all JSON: no compaction
 OUR_TIERS = (Tier.LARGE, Tier.BASE, Tier.SMALL, Tier.TINY)
@@ -111,12 +110,8 @@ def equal_cost_pairs(rows: Sequence[PeerRow]) -> list[tuple[PeerRow, PeerRow]]:
 
 def write_outputs(rows: Sequence[PeerRow], out: str | Path, reader_name: str) -> dict[str, Path]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "peer.csv", "md": out / "peer.md"}
-    with paths["csv"].open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-        w.writeheader()
-        w.writerows(asdict(r) for r in rows)
+    write_csv(paths["csv"], [asdict(r) for r in rows])
     lines = [f"Reader: {reader_name}, on each image at the size Claude sees it; cost: `anthropic` model "
              "(w*h/750 after its resize); compression = source text tokens (cl100k) / image tokens.", "",
              "| corpus | system | setting | images | image tokens | compression | char acc |",

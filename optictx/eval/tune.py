@@ -19,7 +19,6 @@ both page sets (the search alone overfits: its first winner read 98.3% on its ow
 
 from __future__ import annotations
 
-import csv
 import random
 import statistics
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from ..readers import CachedReader, char_accuracy
 from ..renderers import RenderConfig
 from ..tiers import Tier
 from ..tokens import get_tokenizer
-from .fidelity import corpora, font_for_density, full_pages
+from .fidelity import corpora, font_for_density, full_pages, write_csv
 
 SPACE: dict[str, tuple[Any, ...]] = {
     "tokens_per_page": (800, 900, 1000, 1100, 1200, 1300, 1400),
@@ -152,13 +151,9 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
 
 def write_outputs(result: TuneResult, out: str | Path) -> dict[str, Path]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"config": out / "render.json", "trials": out / "trials.csv"}
+    write_csv(paths["trials"], [t.row() for t in result.trials])
     result.best.config.save(paths["config"])
-    with paths["trials"].open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(result.trials[0].row()))
-        w.writeheader()
-        w.writerows(t.row() for t in result.trials)
     return paths
 
 
