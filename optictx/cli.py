@@ -1,4 +1,4 @@
-"""`optictx` command line: demo, plan, render, fidelity, tune."""
+"""`optictx` command line: demo, plan, render, fidelity, tune, niah."""
 
 from __future__ import annotations
 
@@ -135,6 +135,20 @@ def _peer(reader: Any, name: str, args: argparse.Namespace) -> dict[str, Path]:
     return {f"peer_{k}": v for k, v in paths.items()}
 
 
+def cmd_niah(args: argparse.Namespace) -> int:
+    from .eval.niah import NiahConfig, run
+
+    knobs = {k: v for k, v in vars(args).items() if k in NiahConfig.model_fields and v is not None}
+    if args.depth_list:
+        knobs["depths"] = args.depth_list
+    t0 = time.perf_counter()
+    results = run(NiahConfig(**knobs), progress=sys.stderr.isatty())
+    print(results.paths["md"].read_text())
+    print(f"wrote {len(results.cells)} cells and {', '.join(str(p) for p in results.paths.values())} "
+          f"in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from .eval.tune import Scorer, summary, tune, write_outputs
     from .renderers import RenderConfig
@@ -208,6 +222,28 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
     readers(tune)
     tune.set_defaults(func=cmd_tune)
+    niah = sub.add_parser("niah", help="needle-in-a-haystack grid: recall by length, depth, budget and tier")
+    niah.add_argument("--out", default="out/niah")
+    niah.add_argument("--haystack", help="'builtin' (agent traffic, default), 'prose', a .txt file or folder, "
+                                           "or a .jsonl file")
+    niah.add_argument("--needle", choices=["number", "uuid", "multikey", "multivalue", "multiquery", "free"])
+    niah.add_argument("--needle-text", help="free needle: the sentence to hide")
+    niah.add_argument("--question", help="free needle: the question")
+    niah.add_argument("--answer", help="free needle: the string that must come back")
+    niah.add_argument("--lengths", type=int, nargs="+", help="haystack sizes in tokens (default 8k 16k 32k 64k)")
+    niah.add_argument("--depths", type=int, help="how many depths from 0 to 100%% (default 5)")
+    niah.add_argument("--depth-list", type=float, nargs="+", help="explicit depth percents instead")
+    niah.add_argument("--depth-spacing", choices=["linear", "sigmoid"])
+    niah.add_argument("--budgets", type=float, nargs="+", help="<= 1: fraction of the transcript; > 1: tokens")
+    niah.add_argument("--vision", choices=list(COST_MODELS))
+    niah.add_argument("--keep-recent", type=int)
+    niah.add_argument("--samples", type=int)
+    niah.add_argument("--seed", type=int)
+    niah.add_argument("--workers", type=int)
+    niah.add_argument("--backend", choices=["reader", "vlm"])
+    niah.add_argument("--base-url", help="vlm backend: OpenAI-compatible server")
+    niah.add_argument("--model", help="vlm backend: model name")
+    niah.set_defaults(func=cmd_niah)
     return p
 
 
