@@ -36,11 +36,19 @@ def find_facts(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Factsheet:
-    """Keep up to `max_tokens` of exact strings from the turns on image pages, newest turn first."""
+    """Keep up to `max_tokens` of exact strings from the turns on image pages, newest turn first,
+    and never more than `budget_share` of the context budget: on small budgets a full sheet would
+    push out the pages it lists (`optictx niah`'s default grid: at budgets of 2,000 and 4,000
+    tokens an uncapped sheet cost one needle in five)."""
 
     max_tokens: int = 512
+    budget_share: float = 0.1
     finder: Callable[[str], list[str]] = find_facts
     header: str = "Exact strings from the page images above, verbatim (turn: values):"
+
+    def cap(self, budget: int) -> int:
+        """The most tokens the sheet may take under a budget of `budget` tokens."""
+        return min(self.max_tokens, int(self.budget_share * budget))
 
     def extract(self, text: str) -> tuple[str, ...]:
         return tuple(self.finder(text))
@@ -63,7 +71,7 @@ class Factsheet:
         return out
 
     def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:
-        """The header and as many `lines` as fit in min(room, max_tokens) tokens; "" if none fits."""
+        """The header and as many `lines` as fit in `room` tokens (and `max_tokens`); "" if none fits."""
         limit = min(room, self.max_tokens)
         kept = list(lines)
         while kept:

@@ -262,7 +262,8 @@ class Memory:
         if self.factsheet is None:
             return plan, ""
         count, lines = self.tokenizer.count, self._fact_lines(plan)
-        want = min(self.factsheet.max_tokens, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
+        cap = self.factsheet.cap(budget.limit)
+        want = min(cap, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
         short = want - (budget.limit - plan.tokens)
         if short > 0:
             # The fitter only ever demotes, so it can go on from this plan with less room.
@@ -270,7 +271,7 @@ class Memory:
             if tiers is not None:
                 plan = plan.with_tiers(tiers)
                 lines = self._fact_lines(plan)  # only what is still imaged needs listing
-        return plan, self.factsheet.build(lines, budget.limit - plan.tokens, count)
+        return plan, self.factsheet.build(lines, min(cap, budget.limit - plan.tokens), count)
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int) -> _Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""

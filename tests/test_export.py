@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import needs_tesseract
 from PIL import Image
 from pydantic import TypeAdapter
 
@@ -143,7 +144,7 @@ def test_text_tier_pages_and_broken_tool_json_export_cleanly():
     TypeAdapter(list[MessageParam]).validate_python(msgs)
 
 
-def _run_example(name, env_extra=None):
+def _run_example(name, env_extra=None, args=()):
     import os
     import subprocess
     import sys
@@ -151,7 +152,7 @@ def _run_example(name, env_extra=None):
 
     script = Path(__file__).resolve().parents[1] / "examples" / name
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPTICTX_")} | (env_extra or {})
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_agent_loop_without_endpoint_prints_what_it_would_send():
@@ -168,6 +169,13 @@ def test_agent_loop_sends_to_an_openai_compatible_endpoint(server):
     assert len(sent) == 3 and all(b["body"]["model"] == "local" for b in sent)
     assert any(p.get("type") == "image_url" for m in sent[0]["body"]["messages"]
                if isinstance(m.get("content"), list) for p in m["content"])
+
+
+@needs_tesseract
+def test_niah_example_runs(tmp_path):
+    out = _run_example("niah.py", args=[str(tmp_path)])
+    assert out.returncode == 0, out.stderr
+    assert "optictx / truncation" in out.stdout and (tmp_path / "heatmap_budget0.25.png").is_file()
 
 
 def test_quickstart_runs():
