@@ -38,9 +38,10 @@ def main() -> None:
         for name, turns in corpora.items():
             layout, pages = full_pages(RenderConfig(font_size=size), turns, args.pages, tpp)
             images = PageImages(layout)
-            acc = {tier: [char_accuracy(p.text, got) for p, got in
-                          zip(pages, reader.read_batch([images.at(p, tier) for p in pages]))]
-                   for tier in (Tier.SMALL, Tier.TINY)}
+            acc = {}
+            for tier in (Tier.SMALL, Tier.TINY):
+                got = reader.read_batch([images.at(p, tier) for p in pages], [images.boxes(p, tier) for p in pages])
+                acc[tier] = [char_accuracy(p.text, g) for p, g in zip(pages, got)]
             seen = statistics.mean(tok.count(p.text) for p in pages)
             cells = " | ".join(f"{statistics.mean(a):.2%} ({min(a):.2%})" for a in acc.values())
             print(f"| {tpp} | {size} | {name} | {seen:.0f} | {cells} |", flush=True)

@@ -42,7 +42,7 @@ def main() -> None:
         mem, r = run(gate, args.budget)
         ctx = r["ctx"]
         sent = [s for s in ctx.pages if s.tier.is_image and s.page.sealed]
-        reads = reader.read_batch([s.image for s in sent])
+        reads = reader.read_batch([s.image for s in sent], [s.boxes for s in sent])
         bad = sum(1 for s, text in zip(sent, reads) if 1 - char_accuracy(s.text, text) > args.max_cer)
         tiers = Counter(s.tier.value for s in ctx.pages)
         extra = f", {gate.reads} page reads" if gate else ""

@@ -65,6 +65,12 @@ class PageSegment:
     def image_at(self, tier: Tier) -> Image.Image:
         return self._images.at(self.page, tier)
 
+    @property
+    def boxes(self) -> list[tuple[int, int, int, int]]:
+        """Every line's box on `image`, for readers: `reader.read(seg.image, seg.boxes)` reads the
+        columns one after the other instead of across them."""
+        return self._images.boxes(self.page, self.tier) if self.tier.is_image else []
+
     def png_base64(self) -> str:
         return self._images.png_base64(self.page, self.tier)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .renderers import Block, Layout, Line
+from .renderers import Block, Columns, Layout, Line
 from .tokens import Tokenizer
 from .turns import Turn
 
@@ -156,18 +156,24 @@ class Packer:
     def _fill(
         self, open_: Sequence[Entry], entries: Sequence[Entry], first_index: int
     ) -> tuple[list[Page], list[Entry]]:
-        cap_h, cap_t = self.layout.config.text_height, self.tokens_per_page
-        body_h = self.layout.config.line_height
+        cfg, cap_t = self.layout.config, self.tokens_per_page
         pages: list[Page] = []
-        cur = list(open_)
-        used_h = sum(e.line.height for e in cur)
+
+        def keep(e: Entry) -> int:  # no orphan headers: a header needs a body line below it
+            return cfg.line_height if e.line.style == "header" else 0
+
+        cur, cols = list(open_), Columns(cfg)
+        for e in cur:
+            cols.place(e.line.height, keep(e))
         used_t = sum(e.tokens for e in cur)
         for e in entries:
-            need = e.line.height + (body_h if e.line.style == "header" else 0)  # no orphan headers
-            if cur and (used_h + need > cap_h or used_t + e.tokens > cap_t):
-                pages.append(Page(first_index + len(pages), tuple(cur), True, self._style))
-                cur, used_h, used_t = [], 0, 0
+            fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None
+            if not fits:
+                if cur:
+                    pages.append(Page(first_index + len(pages), tuple(cur), True, self._style))
+                    cur, used_t = [], 0
+                cols = Columns(cfg)
+                cols.place(e.line.height, keep(e))  # an empty page takes any one line
             cur.append(e)
-            used_h += e.line.height
             used_t += e.tokens
         return pages, cur

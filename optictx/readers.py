@@ -137,9 +137,19 @@ class TesseractReader(CachedReader):
         if api is None:  # one engine per thread: a PyTessBaseAPI is not safe to share
             api = self._local.api = self._tesserocr.PyTessBaseAPI(path=self.tessdata, lang=self.lang)
         if not (self.line_boxes and boxes):
-            api.SetImage(image)
             api.SetPageSegMode(self.psm)
-            return api.GetUTF8Text()
+            # One uniform block (PSM 6) reads across columns: with the boxes, each column alone.
+            lefts = sorted({b[0] for b in boxes or ()})
+            if len(lefts) < 2:
+                api.SetImage(image)
+                return api.GetUTF8Text()
+            out = []
+            for x in lefts:
+                right = max(b[2] for b in boxes if b[0] == x)  # type: ignore[union-attr]
+                api.SetImage(image.crop((max(0, round((x - 6) * scale)), 0,
+                                         min(image.width, round((right + 6) * scale)), image.height)))
+                out.append(api.GetUTF8Text())
+            return "\n".join(out)
         # The renderer knows where every line is: read each as one line (PSM 7), skipping
         # Tesseract's own page layout analysis. Each line is cut out onto a white border (the
         # neighbours' descenders and ascenders would otherwise read as stray marks), and

@@ -1,12 +1,13 @@
 """optictx.renderers: text -> page images. Pillow only; knows nothing of memory or budgets."""
 
 from .config import RenderConfig
-from .draw import LineBox, RenderError, draw_page, line_boxes, lines_height
+from .draw import Columns, LineBox, RenderError, draw_page, line_boxes
 from .fonts import FontError, FontSet
 from .layout import Block, Layout, Line, Style, displayable
 
 __all__ = [
     "Block",
+    "Columns",
     "FontError",
     "FontSet",
     "Layout",
@@ -18,5 +19,4 @@ __all__ = [
     "displayable",
     "draw_page",
     "line_boxes",
-    "lines_height",
 ]

@@ -43,6 +43,10 @@ class RenderConfig(BaseModel):
         "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
     )
+    # Two columns: measured at 21 px, prose reads the same and code and tool output pack 55-62%
+    # denser and read better (BENCHMARKS.md, "Two columns").
+    columns: int = Field(2, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
+    gutter: int = Field(28, ge=0, le=256, description="px between columns")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
     # describes a whole page design, and the page digest covers it.
     tokens_per_page: int = Field(1000, ge=16, le=100_000, description="text tokens a page holds at most")
@@ -57,7 +61,11 @@ class RenderConfig(BaseModel):
 
     @property
     def text_width(self) -> int:
-        return self.size - 2 * self.margin
+        """The width of one column: lines wrap at it."""
+        return (self.size - 2 * self.margin - (self.columns - 1) * self.gutter) // self.columns
+
+    def column_x(self, column: int) -> int:
+        return self.margin + column * (self.text_width + self.gutter)
 
     @property
     def text_height(self) -> int:

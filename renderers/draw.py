@@ -25,10 +25,6 @@ class LineBox:
     box: tuple[int, int, int, int]
 
 
-def lines_height(lines: Sequence[Line]) -> int:
-    return sum(line.height for line in lines)
-
-
 def _draw_runs(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, chain: FontChain,
                stroke: int) -> None:
     faces = chain.faces
@@ -45,33 +41,54 @@ def _draw_runs(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, ch
             x += font.getlength(run)
 
 
+class Columns:
+    """Fills a page's columns top to bottom, left to right: where the next line goes, or that the
+    page is full. The packer and the renderer share it, so they agree on every page break."""
+
+    def __init__(self, config: RenderConfig) -> None:
+        self.config = config
+        self.column, self.y = 0, 0
+
+    def place(self, height: int, keep_with: int = 0) -> tuple[int, int] | None:
+        """(column, y) for a line of `height` px, starting a new column when it, plus `keep_with`
+        px that must follow it in the same column (a header's first body line), does not fit;
+        None when the page is full. A full page is left as it was."""
+        cap = self.config.text_height
+        column, y = self.column, self.y
+        if y and y + height + keep_with > cap:
+            column, y = column + 1, 0
+        if column >= self.config.columns or y + height > cap:
+            return None
+        self.column, self.y = column, y + height
+        return column, y
+
+
 def line_boxes(lines: Sequence[Line], config: RenderConfig) -> list[LineBox]:
-    """Where `draw_page` puts each line, without drawing: the layout alone decides it."""
-    x0, x1, y = config.margin, config.size - config.margin, config.margin
-    boxes = []
-    for line in lines:
-        boxes.append(LineBox(line.text, line.style, (x0, y, x1, y + line.height)))
-        y += line.height
+    """Where `draw_page` puts each line, without drawing: the layout alone decides it.
+    Raises RenderError when the lines do not fit on one page."""
+    cols, boxes = Columns(config), []
+    for i, line in enumerate(lines):
+        keep = config.line_height if line.style == "header" and i + 1 < len(lines) else 0
+        spot = cols.place(line.height, keep)
+        if spot is None:
+            raise RenderError(f"{len(lines)} lines do not fit on a page of {config.columns} column(s) of "
+                              f"{config.text_height} px; lay out fewer lines per page")
+        x0, y0 = config.column_x(spot[0]), config.margin + spot[1]
+        boxes.append(LineBox(line.text, line.style, (x0, y0, x0 + config.text_width, y0 + line.height)))
     return boxes
 
 
 def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[LineBox]]:
     """Draw `lines` top to bottom on a white square page; raises RenderError if they overflow."""
     cfg: RenderConfig = layout.config
-    if lines_height(lines) > cfg.text_height:
-        raise RenderError(
-            f"{len(lines)} lines need {lines_height(lines)} px but the page has {cfg.text_height}; "
-            "lay out fewer lines per page"
-        )
+    boxes = line_boxes(lines, cfg)
     img = Image.new("L", (cfg.size, cfg.size), 255)
     draw = ImageDraw.Draw(img)
-    boxes = line_boxes(lines, cfg)
-    x0 = cfg.margin
     for line, lb in zip(lines, boxes):
-        y = lb.box[1]
+        x0, y, x1, _ = lb.box
         chain = layout.chain(line.style)
         if line.style == "header":
-            draw.rectangle((x0 - 6, y + 2, cfg.size - x0 + 6, y + line.height - 2), fill=cfg.header_fill)
+            draw.rectangle((x0 - 6, y + 2, x1 + 6, y + line.height - 2), fill=cfg.header_fill)
             ty = y + (line.height - cfg.header_size) // 2 - 1
         else:
             ty = y + (line.height - cfg.font_size) // 2

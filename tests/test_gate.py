@@ -11,7 +11,7 @@ def _memory(gate=None):
     ladder = AgeLadder(steps=((1, Tier.SMALL),), rest=Tier.TINY)  # few pages suffice to reach TINY
     mem = Memory(keep_recent=0, budget=Budget(tokens=20_000), ladder=ladder, gate=gate)
     texts = corpora()
-    for turn in [*texts["prose"][:2], *texts["tool"][:5]]:
+    for turn in [*texts["prose"][:2], *texts["tool"][:10]]:
         mem.add(turn)
     return mem
 

@@ -17,7 +17,7 @@ def test_default_density_reads_at_98_percent_on_small():
         mem.add({"role": "user", "content": chunk})
     page = mem.pages[1]  # a full page from the middle of the corpus
     assert mem.tokenizer.count(page.text) >= 800  # a full page (its header lines take some room)
-    got = TesseractReader().read(mem.images.at(page, Tier.SMALL))
+    got = TesseractReader().read(mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL))
     assert char_accuracy(page.text, got) >= 0.98
 
 
@@ -67,5 +67,6 @@ def test_line_box_reading_reads_each_drawn_line():
     got = TesseractReader(line_boxes=True, workers=1).read(image, boxes)
     assert len(got.split("\n")) == len(page.lines)  # one result per line: blank lines stay blank
     assert char_accuracy(page.text, got) >= 0.98
-    page_mode = TesseractReader(workers=1)
-    assert page_mode.read(image, boxes) == page_mode.read(image)  # page mode ignores the boxes
+    page_mode = TesseractReader(workers=1)  # whole columns, one after the other
+    assert char_accuracy(page.text, page_mode.read(image, boxes)) >= 0.98
+    assert char_accuracy(page.text, page_mode.read(image)) < 0.9  # without boxes it reads across columns

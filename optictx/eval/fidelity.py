@@ -73,7 +73,7 @@ def _font_for_density(tokens_per_page: int, base: RenderConfig) -> int:
 
     def holds(size: int) -> bool:
         cfg = base.model_copy(update={"font_size": size})
-        lines = Layout(cfg).lines(Block(text))[: cfg.text_height // cfg.line_height]
+        lines = Layout(cfg).lines(Block(text))[: cfg.columns * (cfg.text_height // cfg.line_height)]
         return tok.count("\n".join(ln.text for ln in lines)) >= tokens_per_page
 
     lo, hi = 8, 48  # tokens per page fall as the font grows: bisect for the last size that holds

@@ -325,7 +325,7 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     ctx = mem.context()
 
     def read(seg: Any) -> str:
-        return _reader(config).read(seg.image)
+        return _reader(config).read(seg.image, seg.boxes)
 
     mem.factsheet = None  # optical only: the same memory, its context without the factsheet
     bare = mem.context()

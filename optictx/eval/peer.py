@@ -84,7 +84,10 @@ def compare(reader: CachedReader, *, pages: int = 3, font_sizes: Sequence[int | 
         n = tok.count(source)
         images = PageImages(layout)
         for tier in OUR_TIERS:
-            read = reader.read_batch([_seen(images.at(p, tier), model) for p in got])
+            seen = [_seen(images.at(p, tier), model) for p in got]
+            f = seen[0].width / tier.side  # type: ignore[operator]
+            boxes = [[tuple(round(v * f) for v in b) for b in images.boxes(p, tier)] for p in got]
+            read = reader.read_batch(seen, boxes)
             cost = len(got) * model.page_tokens(tier)
             acc = statistics.mean(char_accuracy(p.text, r) for p, r in zip(got, read))
             rows.append(PeerRow("optictx", tier.value, name, len(got), n, cost, round(n / cost, 2), acc))
