@@ -112,8 +112,13 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 
     reader, name = _reader(args)
     t0 = time.perf_counter()
+    from .renderers import RenderConfig
+
+    base = RenderConfig.load(args.render) if args.render else RenderConfig()
+    if args.columns:
+        base = RenderConfig.model_validate({**base.model_dump(), "columns": args.columns})
     cells = measure(reader, densities=args.densities, tiers=[Tier(t) for t in args.tiers], pages=args.pages,
-                    vision=args.vision)
+                    vision=args.vision, base=base)
     paths = write_outputs(cells, args.out, name)
     print(Path(paths["md"]).read_text())
     if args.peer:
@@ -206,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
                      choices=["gundam", "large", "base", "small", "tiny"])
     fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
+    fid.add_argument("--columns", type=int, help="text columns per page (default: the render config's, 2)")
+    fid.add_argument("--render", help="RenderConfig JSON to measure (e.g. what optictx tune wrote)")
     fid.add_argument("--no-peer", dest="peer", action="store_false",
                      help="skip the side-by-side with pixelprompt under the anthropic cost model")
     readers(fid)

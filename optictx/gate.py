@@ -9,7 +9,7 @@ taken as legible too, so a page costs one read when its smallest tier passes.
 
     mem = Memory(gate=LegibilityGate(TesseractReader(), max_cer={Tier.TINY: 0.03, Tier.SMALL: 0.01}))
 
-Off by default: Tesseract needs about a second per page and tier on two cores, paid once per page
+Off by default: Tesseract needs 0.3-0.7 s per page read on two cores, paid once per page
 (results are cached by page digest), while the default path renders in milliseconds.
 """
 

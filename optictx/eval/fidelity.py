@@ -128,13 +128,16 @@ def _number_recall(truth: str, read: str) -> float:
 
 def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000, 1200),
             tiers: Sequence[Tier] = (Tier.BASE, Tier.SMALL, Tier.TINY), pages: int = 3,
-            vision: str | CostModel = "deepseek-ocr") -> list[Cell]:
+            vision: str | CostModel = "deepseek-ocr", base: RenderConfig | None = None) -> list[Cell]:
+    """Cells for every density x corpus x tier; `base` holds the render settings but the font,
+    which each density fits."""
     model, tok, texts = get_cost_model(vision), get_tokenizer(), corpora()
+    base = base or RenderConfig()
     cells = []
     for density in densities:
-        font = font_for_density(density)
+        font = font_for_density(density, base)
         for name, corpus in texts.items():
-            layout, got = full_pages(RenderConfig(font_size=font), corpus, pages, density)
+            layout, got = full_pages(base.model_copy(update={"font_size": font}), corpus, pages, density)
             images = PageImages(layout)
             truth = [p.text for p in got]
             n_tokens = statistics.mean(tok.count(t) for t in truth)
