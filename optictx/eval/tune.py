@@ -36,7 +36,7 @@ from .fidelity import corpora, font_for_density, full_pages, write_csv
 
 SPACE: dict[str, tuple[Any, ...]] = {
     "tokens_per_page": (800, 900, 1000, 1100, 1200, 1300, 1400),
-    "columns": (1, 2),
+    "columns": (1, 2, 3),
     "line_spacing": (1.0, 1.06, 1.12, 1.18, 1.25, 1.35),
     "margin": (8, 16, 24, 40),
     "body_font": ("sans", "mono"),
