@@ -182,11 +182,18 @@ def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> d
     return paths
 
 
-def _plot(cells: Sequence[Cell], path: Path, reader_name: str) -> None:
+def pyplot() -> Any:
+    """matplotlib.pyplot without a display (set here, at use, never at import of optictx)."""
     import matplotlib
 
-    matplotlib.use("Agg")  # no display; set here, at use, never at import of optictx
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot(cells: Sequence[Cell], path: Path, reader_name: str) -> None:
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     for (x, y), label, style in ((zip(*FOX_TINY), "DeepSeek-OCR Tiny (paper, Fox)", "k--"),

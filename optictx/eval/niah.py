@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..budget import Budget
 from ..context import Context
-from ..facts import Factsheet
 from ..io import read_jsonl
 from ..memory import Memory, turn_tokens
 from ..sample import prose_corpus, sample_conversation
@@ -301,7 +300,7 @@ def _truncated(turns: Sequence[Turn], budget: int) -> str:
 _READER: Any = None
 
 
-def _reader(config: NiahConfig) -> Any:
+def _reader() -> Any:
     global _READER
     if _READER is None:
         from ..readers import TesseractReader
@@ -325,11 +324,10 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     ctx = mem.context()
 
     def read(seg: Any) -> str:
-        return _reader(config).read(seg.image, seg.boxes)
+        return _reader().read(seg.image, seg.boxes)
 
     mem.factsheet = None  # optical only: the same memory, its context without the factsheet
     bare = mem.context()
-    mem.factsheet = Factsheet()
     answer = None
     if config.backend == "vlm":
         answer, bare_answer = ask(ctx, needles.question, config), ask(bare, needles.question, config)
@@ -401,16 +399,6 @@ class _Inline:
 
 
 def _bar(total: int, show: bool) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        show = False
-    if show:
-        return tqdm(total=total, desc="niah cells", unit="cell")
+    from tqdm import tqdm  # the eval extra has it
 
-    class _Quiet:
-        def update(self, n: int) -> None: ...
-
-        def close(self) -> None: ...
-
-    return _Quiet()
+    return tqdm(total=total, desc="niah cells", unit="cell", disable=not show)

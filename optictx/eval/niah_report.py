@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .fidelity import write_csv
+from .fidelity import pyplot, write_csv
 
 if TYPE_CHECKING:
     from .niah import CellResult, Results
@@ -93,19 +93,10 @@ def _pct(x: float) -> str:
     return "-" if x != x else f"{x:.0%}"  # NaN: no needle at that tier
 
 
-def _mpl() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; set here, at use, never at import of optictx
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _heatmap(cells: Sequence[CellResult], path: Path, budget: float) -> None:
     from matplotlib.colors import LinearSegmentedColormap
 
-    plt = _mpl()
+    plt = pyplot()
     lengths = sorted({r.cell.length for r in cells})
     depths = sorted({r.cell.depth for r in cells})
     grid = [[statistics.mean([r.recall for r in cells if r.cell.length == n and r.cell.depth == d] or [float("nan")])
@@ -129,7 +120,7 @@ def _heatmap(cells: Sequence[CellResult], path: Path, budget: float) -> None:
 
 
 def _tier_plot(cells: Sequence[CellResult], path: Path) -> None:
-    plt = _mpl()
+    plt = pyplot()
     tiers = by_tier(cells)
     names = list(tiers)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
