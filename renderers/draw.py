@@ -49,6 +49,11 @@ class Columns:
         self.config = config
         self.column, self.y = 0, 0
 
+    def copy(self) -> Columns:
+        other = Columns(self.config)
+        other.column, other.y = self.column, self.y
+        return other
+
     def place(self, height: int, keep_with: int = 0) -> tuple[int, int] | None:
         """(column, y) for a line of `height` px, starting a new column when it, plus `keep_with`
         px that must follow it in the same column (a header's first body line), does not fit;

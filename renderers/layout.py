@@ -62,11 +62,11 @@ class Measurer:
         self._cache: dict[str, float] = {}
         # A monospace face (no kerning) makes ASCII widths arithmetic: code lines are mostly
         # unique strings, so caching alone would not spare FreeType a layout per line.
-        self._advance = chain.faces[0].font.getlength("M") if monospace else None
+        self.advance = chain.faces[0].font.getlength("M") if monospace else None
 
     def width(self, s: str) -> float:
-        if self._advance is not None and s.isascii():
-            return len(s) * self._advance
+        if self.advance is not None and s.isascii():
+            return len(s) * self.advance
         w = self._cache.get(s)
         if w is None:
             faces = self.chain.faces
@@ -83,7 +83,10 @@ class Measurer:
 
 
 def _break_word(word: str, m: Measurer, max_w: float) -> list[str]:
-    """Split one over-long word (a URL, a hash) into pieces that each fit."""
+    """Split one over-long word (a URL, a hash, a code line) into pieces that each fit."""
+    if m.advance is not None and word.isascii():  # monospace: the break points are arithmetic
+        n = max(1, int(max_w // m.advance))
+        return [word[i : i + n] for i in range(0, len(word), n)]
     pieces, cur, cur_w = [], "", 0.0
     for ch in word:
         w = m.width(ch)
