@@ -40,7 +40,7 @@ def main() -> None:
             images = PageImages(layout)
             acc = {}
             for tier in (Tier.SMALL, Tier.TINY):
-                got = reader.read_batch([images.at(p, tier) for p in pages], [images.boxes(p, tier) for p in pages])
+                got = images.read(reader, pages, tier)
                 acc[tier] = [char_accuracy(p.text, g) for p, g in zip(pages, got)]
             seen = statistics.mean(tok.count(p.text) for p in pages)
             cells = " | ".join(f"{statistics.mean(a):.2%} ({min(a):.2%})" for a in acc.values())

@@ -44,8 +44,7 @@ def main() -> None:
     reader = TesseractReader()
     print(f"{len(on_pages)} needles on {len(pages)} sealed pages (1000 tokens/page, 21 px)")
     for tier in (Tier.SMALL, Tier.TINY):
-        reads = reader.read_batch([mem.images.at(p, tier) for p in pages],
-                                  [mem.images.boxes(p, tier) for p in pages])
+        reads = mem.images.read(reader, pages, tier)
         found = sum(1 for tid, num in on_pages.items()
                     if any(num in r for p, r in zip(pages, reads) if tid in p.turn_ids))
         print(f"optical only, {tier.value:5}: {found}/{len(on_pages)} exact ({found / len(on_pages):.0%})")

@@ -55,8 +55,7 @@ class LegibilityGate:
                     self._floors.update(dict.fromkeys(todo, tier))
                     break
                 batch = list(todo.values())
-                read = self.reader.read_batch([images.at(p, tier) for p in batch],
-                                              [images.boxes(p, tier) for p in batch])
+                read = images.read(self.reader, batch, tier)
                 self.reads += len(batch)
                 for page, text in zip(batch, read):
                     cer = self.cer[page.digest, tier] = 1.0 - char_accuracy(page.text, text)

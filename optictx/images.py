@@ -6,6 +6,7 @@ import base64
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from PIL import Image
@@ -87,6 +88,11 @@ class PageImages:
         f = side / self.layout.config.size
         return [(round(x0 * f), round(y0 * f), round(x1 * f), round(y1 * f))
                 for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout.config))]
+
+    def read(self, reader: Any, pages: Sequence[Page], tier: Tier) -> list[str]:
+        """What `reader` (a `readers.Reader`) reads on `pages` at `tier`, given each page's line
+        boxes: without them a reader would read across the columns."""
+        return reader.read_batch([self.at(p, tier) for p in pages], [self.boxes(p, tier) for p in pages])
 
     def png_base64(self, page: Page, tier: Tier) -> str:
         """PNG of the page at `tier`, base64 text (what the exporters embed)."""

@@ -139,7 +139,7 @@ class Packer:
 
     def add(self, turn: Turn) -> list[Page]:
         """Pack one turn for good; returns the pages this sealed."""
-        new_sealed, self._open, self._cols = self._fill(self._open, self.entries(turn), len(self.sealed))
+        new_sealed, self._open, self._cols = self._fill(self.entries(turn))
         self.sealed.extend(new_sealed)
         self._entries_cache.pop(turn.id if turn.id is not None else -1, None)
         return new_sealed
@@ -147,23 +147,23 @@ class Packer:
     def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
         """Pages after the sealed ones if `turns` were packed too (the open page included)."""
         entries = [e for t in turns for e in self.entries(t)]
-        full, rest, _ = self._fill(self._open, entries, len(self.sealed))
+        full, rest, _ = self._fill(entries)
         # Pages that a preview fills are not sealed: the real add may pack them differently.
         pages = [Page(p.index, p.entries, False, self._style) for p in full]
         if rest:
             pages.append(Page(len(self.sealed) + len(pages), tuple(rest), False, self._style))
         return pages
 
-    def _fill(
-        self, open_: Sequence[Entry], entries: Sequence[Entry], first_index: int
-    ) -> tuple[list[Page], list[Entry], Columns]:
+    def _fill(self, entries: Sequence[Entry]) -> tuple[list[Page], list[Entry], Columns]:
+        """`entries` packed after the open page: the pages they fill, the new open page, its cursor."""
         cfg, cap_t = self.layout.config, self.tokens_per_page
         pages: list[Page] = []
 
         def keep(e: Entry) -> int:  # no orphan headers: a header needs a body line below it
             return cfg.line_height if e.line.style == "header" else 0
 
-        cur, cols = list(open_), self._cols.copy()  # the open page's cursor, not a replay of it
+        first_index = len(self.sealed)
+        cur, cols = list(self._open), self._cols.copy()  # the open page's cursor, not a replay of it
         used_t = sum(e.tokens for e in cur)
         for e in entries:
             fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None

@@ -69,6 +69,17 @@ def test_factsheet_makes_room_by_demoting_pages_when_tight():
     assert ctx.factsheet and ctx.report()["factsheet_tokens"] <= mem.factsheet.max_tokens
 
 
+def test_factsheet_takes_at_most_its_share_of_a_small_budget():
+    budgets = {}
+    for share in (0.1, 1.0):
+        mem = Memory(budget=Budget(tokens=3000), keep_recent=2, factsheet=Factsheet(budget_share=share))
+        _needles(mem)
+        ctx = mem.context()
+        budgets[share] = ctx.report()["factsheet_tokens"]
+        assert ctx.tokens <= 3000 and budgets[share] <= min(512, share * 3000)
+    assert budgets[1.0] > budgets[0.1] > 0  # the share is what limited it
+
+
 def test_factsheet_can_be_turned_off():
     mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None)
     _needles(mem)

@@ -143,7 +143,7 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
             n_tokens = statistics.mean(tok.count(t) for t in truth)
             for tier in tiers:
                 t0 = time.perf_counter()
-                read = reader.read_batch([images.at(p, tier) for p in got], [images.boxes(p, tier) for p in got])
+                read = images.read(reader, got, tier)
                 secs = (time.perf_counter() - t0) / len(got)
                 paper, pos = model.paper_tokens(tier, model.tier_size(tier)), model.page_tokens(tier)
                 recall = [r for r in map(_number_recall, truth, read) if not math.isnan(r)]

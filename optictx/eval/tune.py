@@ -96,8 +96,7 @@ class Scorer:
                 raise ValueError(f"the corpus fills only {len(got)} pages after {skip} at "
                                  f"{config.tokens_per_page} tokens/page; ask for fewer --pages")
             images = PageImages(layout)
-            read = self.reader.read_batch([images.at(p, self.tier) for p in got],
-                                          [images.boxes(p, self.tier) for p in got])
+            read = images.read(self.reader, got, self.tier)
             accs = [char_accuracy(p.text, r) for p, r in zip(got, read)]
             tokens = statistics.mean(get_tokenizer().count(p.text) for p in got)
             self._seen[key] = (statistics.mean(accs), min(accs), tokens / self.visual_tokens)
