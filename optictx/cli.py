@@ -106,19 +106,24 @@ def _reader(args: argparse.Namespace) -> tuple[Any, str]:
     return OpenAIReader(args.base_url, args.model), args.model
 
 
+def _render_config(args: argparse.Namespace) -> Any:
+    """The RenderConfig that --render (a JSON file) and --columns ask for."""
+    from .renderers import RenderConfig
+
+    base = RenderConfig.load(args.render) if args.render else RenderConfig()
+    if args.columns:
+        base = RenderConfig.model_validate({**base.model_dump(), "columns": args.columns})
+    return base
+
+
 def cmd_fidelity(args: argparse.Namespace) -> int:
     from .eval.fidelity import measure, write_outputs
     from .tiers import Tier
 
     reader, name = _reader(args)
     t0 = time.perf_counter()
-    from .renderers import RenderConfig
-
-    base = RenderConfig.load(args.render) if args.render else RenderConfig()
-    if args.columns:
-        base = RenderConfig.model_validate({**base.model_dump(), "columns": args.columns})
     cells = measure(reader, densities=args.densities, tiers=[Tier(t) for t in args.tiers], pages=args.pages,
-                    vision=args.vision, base=base)
+                    vision=args.vision, base=_render_config(args))
     paths = write_outputs(cells, args.out, name)
     print(Path(paths["md"]).read_text())
     if args.peer:
@@ -144,6 +149,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
     from .eval.niah import NiahConfig, run
 
     knobs = {k: v for k, v in vars(args).items() if k in NiahConfig.model_fields and v is not None}
+    knobs["render"] = _render_config(args)
     if args.depth_list:
         knobs["depths"] = args.depth_list
     t0 = time.perf_counter()
@@ -191,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
         sp.add_argument("--model", help="model name on that server, for --reader openai")
 
+    def renders(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--columns", type=int, help="text columns per page (default: the render config's, 2)")
+        sp.add_argument("--render", help="RenderConfig JSON to measure (e.g. what optictx tune wrote)")
+
     demo = sub.add_parser("demo", help="shipped sample conversation -> pages, plan table, contact sheet")
     common(demo)
     demo.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
@@ -211,8 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
                      choices=["gundam", "large", "base", "small", "tiny"])
     fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
-    fid.add_argument("--columns", type=int, help="text columns per page (default: the render config's, 2)")
-    fid.add_argument("--render", help="RenderConfig JSON to measure (e.g. what optictx tune wrote)")
+    renders(fid)
     fid.add_argument("--no-peer", dest="peer", action="store_false",
                      help="skip the side-by-side with pixelprompt under the anthropic cost model")
     readers(fid)
@@ -248,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("--seed", type=int)
     niah.add_argument("--workers", type=int)
     niah.add_argument("--backend", choices=["reader", "vlm"])
+    renders(niah)
     niah.add_argument("--base-url", help="vlm backend: OpenAI-compatible server")
     niah.add_argument("--model", help="vlm backend: model name")
     niah.set_defaults(func=cmd_niah)

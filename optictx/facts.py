@@ -8,7 +8,7 @@ as text the consumer reads exactly; it is budgeted like every other segment.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 # Order matters: earlier patterns claim their span first (a URL's path is not also a path).
@@ -36,15 +36,18 @@ def find_facts(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Factsheet:
-    """Keep up to `max_tokens` of exact strings from the turns on image pages, newest turn first,
+    """Keep up to `max_tokens` of exact strings from the turns on image pages and on dropped pages,
     and never more than `budget_share` of the context budget: on small budgets a full sheet would
     push out the pages it lists (`optictx niah`'s default grid: at budgets of 2,000 and 4,000
-    tokens an uncapped sheet cost one needle in five)."""
+    tokens an uncapped sheet cost one needle in five).
+
+    Dropped turns come first, newest first, then imaged ones, newest first: a dropped page has lost
+    every string on it, a TINY page still reads 97-100% of 7-digit numbers (BENCHMARKS.md)."""
 
     max_tokens: int = 512
     budget_share: float = 0.1
     finder: Callable[[str], list[str]] = find_facts
-    header: str = "Exact strings from the page images above, verbatim (turn: values):"
+    header: str = "Exact strings from older turns, verbatim (turn: values; gone = no longer shown above):"
 
     def cap(self, budget: int) -> int:
         """The most tokens the sheet may take under a budget of `budget` tokens."""
@@ -53,25 +56,28 @@ class Factsheet:
     def extract(self, text: str) -> tuple[str, ...]:
         return tuple(self.finder(text))
 
-    def lines(self, facts: Iterable[tuple[int, Sequence[str]]], count: Callable[[str], int]) -> list[str]:
-        """One line per turn that has facts, newest first; a fact is listed once (newest mention).
+    def lines(self, facts: Iterable[tuple[int, Sequence[str]]], count: Callable[[str], int],
+              gone: Collection[int] = ()) -> list[str]:
+        """One line per turn that has facts: turns in `gone` first, each group newest first; a fact
+        is listed once (first mention in that order).
 
-        Stops once the lines hold more than `max_tokens`: older ones could never be shown.
+        Stops once the lines hold more than `max_tokens`: later ones could never be shown.
         """
         seen: set[str] = set()
         out, used = [], count(self.header)
-        for turn_id, found in sorted(facts, key=lambda f: f[0], reverse=True):
+        for turn_id, found in sorted(facts, key=lambda f: (f[0] in gone, f[0]), reverse=True):
             new = [f for f in found if f not in seen]
             seen.update(new)
             if new:
-                out.append(f"#{turn_id}: " + " ".join(new))
+                out.append(f"#{turn_id}{' gone' if turn_id in gone else ''}: " + " ".join(new))
                 used += count(out[-1]) + 1
                 if used > self.max_tokens:
                     break
         return out
 
     def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:
-        """The header and as many `lines` as fit in `room` tokens (and `max_tokens`); "" if none fits."""
+        """The header and as many `lines` as fit in `room` tokens (and `max_tokens`); "" if none fits.
+        Lines are cut from the end (the least needed, in `lines`' order)."""
         limit = min(room, self.max_tokens)
         kept = list(lines)
         while kept:
@@ -79,7 +85,7 @@ class Factsheet:
             over = count(text) - limit
             if over <= 0:
                 return text
-            # Drop from the end (the oldest turns), about as many lines as the excess needs.
+            # Drop from the end, about as many lines as the excess needs.
             per_line = max(1, count(text) // (len(kept) + 1))
             del kept[-max(1, over // per_line):]
         return ""

@@ -84,3 +84,24 @@ def test_factsheet_can_be_turned_off():
     mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None)
     _needles(mem)
     assert mem.context().factsheet == ""
+
+
+def test_dropped_turns_are_listed_first_and_marked_gone():
+    sheet, count = Factsheet(), Memory().tokenizer.count
+    lines = sheet.lines([(1, ("1000001",)), (2, ("1000002",)), (7, ("1000007",))], count, gone={1, 2})
+    assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#7: 1000007"]
+
+
+def test_factsheet_never_pushes_a_page_out_and_keeps_strings_of_dropped_ones():
+    def context(factsheet):
+        mem = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=factsheet)
+        numbers = _needles(mem, 150)
+        return mem.context(), numbers
+
+    bare, _ = context(None)
+    ctx, numbers = context(Factsheet())
+    assert bare.gone and len(ctx.gone) == len(bare.gone)  # the sheet only shrank pages
+    assert ctx.factsheet and ctx.tokens <= 1500
+    shown = {tid for p in ctx.pages for tid in p.turn_ids}
+    newest_gone = max(tid for p in ctx.gone for tid in p.turn_ids if tid % 2 == 0 and tid not in shown)
+    assert f"#{newest_gone} gone: {numbers[newest_gone // 2]}" in ctx.factsheet

@@ -133,11 +133,22 @@ def test_default_ladder_by_age_then_budget_demotes_oldest_first():
     costs = page_costs([1000] * 10, COST_MODELS["deepseek-ocr"])
     roomy = schedule(costs, 10**6, AgeLadder(), OldestFirst())
     assert roomy == [Tier.TINY] * 3 + [Tier.SMALL] * 4 + [Tier.BASE] * 2 + [Tier.LARGE]
-    tight = schedule(costs, 1600, AgeLadder(), OldestFirst(batch=4))
+    tight = schedule(costs, 1600, AgeLadder(), OldestFirst(batch=4, shrink_first=False))
     assert sum(c.cost(t) for c, t in zip(costs, tight)) <= 1600
     # The oldest block of 4 pages stepped down together (TINY -> GONE, SMALL -> TINY); the rest kept.
     assert tight[:4] == [Tier.GONE] * 3 + [Tier.TINY]
     assert tight[4:] == roomy[4:]
+
+
+def test_pages_shrink_to_tiny_before_any_is_dropped():
+    costs = page_costs([1000] * 10, COST_MODELS["deepseek-ocr"])
+    tiny = COST_MODELS["deepseek-ocr"].page_tokens(Tier.TINY)
+    assert schedule(costs, 10 * tiny, AgeLadder(), OldestFirst()) == [Tier.TINY] * 10
+    # Sharper pages come back newest first as room grows; pages go only when all are TINY.
+    roomier = schedule(costs, 10 * tiny + 200, AgeLadder(), OldestFirst())
+    assert roomier[:9] == [Tier.TINY] * 9 and roomier[9] is not Tier.TINY
+    fewer = schedule(costs, 10 * tiny - 1, AgeLadder(), OldestFirst(batch=1))
+    assert fewer == [Tier.GONE] + [Tier.TINY] * 9
 
 
 def test_demotions_are_batched_so_the_prefix_changes_rarely():

@@ -39,6 +39,7 @@ from ..budget import Budget
 from ..context import Context
 from ..io import read_jsonl
 from ..memory import Memory, turn_tokens
+from ..renderers import RenderConfig
 from ..sample import prose_corpus, sample_conversation
 from ..tokens import get_tokenizer
 from ..turns import Turn, to_turn
@@ -68,6 +69,7 @@ class NiahConfig(BaseModel):
     budgets: list[float] = Field([0.1, 0.25], description="<= 1: a fraction of the transcript; > 1: tokens")
     vision: str = "deepseek-ocr"
     keep_recent: int = 4
+    render: RenderConfig = Field(default_factory=RenderConfig, description="how pages are drawn")
     samples: int = 1
     seed: int = 0
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1)
@@ -318,7 +320,8 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     tok = get_tokenizer()
     total = sum(turn_tokens(t, tok) for t in turns)
     limit = round(cell.budget * total) if cell.budget <= 1 else int(cell.budget)
-    mem = Memory(vision=config.vision, budget=Budget(tokens=limit), keep_recent=config.keep_recent)
+    mem = Memory(vision=config.vision, budget=Budget(tokens=limit), keep_recent=config.keep_recent,
+                 render=config.render)
     for t in turns:
         mem.add(t)
     ctx = mem.context()

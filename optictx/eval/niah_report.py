@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -81,7 +82,9 @@ def summary(results: Results) -> str:
         rec = statistics.mean(r.recall for r in rs)
         opt = statistics.mean(sum(r.optical) / len(r.optical) for r in rs)
         tr = statistics.mean(r.truncation_recall for r in rs)
-        lines.append(f"| {length} | {budget:g} | {rec:.0%} | {opt:.0%} | {tr:.0%} | {_ratio(rec, tr):.2f} |")
+        ratio = _ratio(rec, tr)
+        shown = f"{ratio:.2f}" if math.isfinite(ratio) else "-"  # truncation kept none (or neither did)
+        lines.append(f"| {length} | {budget:g} | {rec:.0%} | {opt:.0%} | {tr:.0%} | {shown} |")
     lines += ["", "Recall by the tier of the needle's page (the memory's age axis):", "",
               "| needle tier | with factsheet (needles) | optical only (needles) |", "|---|---:|---:|"]
     for tier, (rec, opt, n, m) in by_tier(cells).items():
