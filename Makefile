@@ -7,9 +7,16 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint bench tesseract clean
 
+# torch: a torch the base Python already has is reused (the venv then sees system packages);
+# otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
+# machines with a local CPU wheel of that version pip takes it; elsewhere it is PyPI's torch.
+TORCH  ?= torch==2.13.0
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[dev,eval]"
+	if $(PYTHON) -c "import torch" 2>/dev/null; then $(PYTHON) -m venv --system-site-packages $(VENV); \
+	else $(PYTHON) -m venv $(VENV); fi
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev,eval,models]"
 	@touch $@
 
 demo: $(STAMP)

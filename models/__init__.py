@@ -1,11 +1,25 @@
 """optictx.models: local vision-language models on optictx contexts (torch + transformers).
 
-Install with `pip install optictx[models]`. Nothing here is imported by `import optictx`; the
-R-SWA cache and the local optical model arrive with their own issues.
+Install with `pip install optictx[models]`. Nothing here is imported by `import optictx`, and
+`KVGeometry` (torch-free) imports without torch; the rest loads torch on first use.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import Any
+
 from optictx.kv import KVGeometry
 
-__all__ = ["KVGeometry"]
+_LAZY = {
+    "RSWACache": ".rswa", "RSWALayer": ".rswa", "rswa_cache": ".rswa", "rswa_mask": ".rswa",
+    "WindowedNGramGuard": ".guard", "distinct_n": ".guard",
+}
+
+__all__ = ["KVGeometry", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

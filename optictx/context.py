@@ -11,7 +11,7 @@ from PIL import Image
 from .budget import Budget
 from .cost import CostModel
 from .images import PageImages
-from .kv import KV_PRESETS
+from .kv import KV_PRESETS, KVGeometry
 from .packer import Page
 from .tiers import Tier
 from .turns import Turn
@@ -112,6 +112,18 @@ class Context:
         if kv is None:
             return None
         return (self.tokens + self.budget.generation_reserve) * kv.bytes_per_position
+
+    def decode_kv(self, generated: int, *, window: int | None = None, kv: KVGeometry | None = None) -> dict[str, Any]:
+        """KV bytes this context holds after `generated` tokens, R-SWA vs full attention.
+
+        `kv`: the decoder's geometry (`KVGeometry.from_config(model.config)`); by default the
+        budget's, else the preset named like the vision model. `window`: the R-SWA window
+        (default: the budget's `decode_window`, else 128).
+        """
+        kv = kv or self.budget.kv or KV_PRESETS.get(self.vision.name)
+        if kv is None:
+            raise ValueError(f"no KV geometry for {self.vision.name!r}: pass kv=KVGeometry.from_config(model.config)")
+        return kv.decode_report(self.tokens, generated, window or self.budget.decode_window or 128)
 
     def report(self) -> dict[str, Any]:
         """Plain-data summary: tokens, budget, pages per tier, text vs page tokens."""

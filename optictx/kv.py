@@ -29,6 +29,23 @@ class KVGeometry(BaseModel):
     def bytes_per_position(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes  # K and V
 
+    def decode_bytes(self, prefix: int, generated: int, window: int | None = None) -> int:
+        """Bytes the cache holds after `generated` tokens behind a `prefix`: with R-SWA (`window`
+        set) prefix + min(window, generated) positions, with full attention prefix + generated.
+
+        >>> g = KVGeometry.preset("unlimited-ocr")
+        >>> g.decode_bytes(10_000, 100_000, window=128) / g.decode_bytes(10_000, 100_000)
+        0.0920...
+        """
+        held = generated if window is None else min(window, generated)
+        return (prefix + held) * self.bytes_per_position
+
+    def decode_report(self, prefix: int, generated: int, window: int = 128) -> dict[str, int | float]:
+        """R-SWA vs full attention for one decode: bytes held by each, and their ratio."""
+        rswa, full = self.decode_bytes(prefix, generated, window), self.decode_bytes(prefix, generated)
+        return {"prefix": prefix, "generated": generated, "window": window, "rswa_bytes": rswa,
+                "full_bytes": full, "rswa_over_full": rswa / full if full else 1.0}
+
     @classmethod
     def preset(cls, name: str) -> KVGeometry:
         try:

@@ -67,3 +67,20 @@ def test_offline_tokenizer_and_plugged_tokenizer():
     mem = Memory(tokenizer=Chars())
     mem.add({"role": "user", "content": "abcd"})
     assert mem.context().tokens == 4
+
+
+def test_decode_kv_bytes_rswa_vs_full_attention():
+    g = KVGeometry.preset("unlimited-ocr")
+    assert g.decode_bytes(1000, 50, window=128) == (1000 + 50) * 61_440  # window not yet full
+    assert g.decode_bytes(1000, 5000, window=128) == 1128 * 61_440  # constant after the window
+    assert g.decode_bytes(1000, 5000) == 6000 * 61_440
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=4000))
+    for i in range(60):
+        mem.add({"role": "user", "content": f"turn {i} " + "words " * 80})
+    ctx = mem.context()
+    report = ctx.decode_kv(8192)
+    assert report["prefix"] == ctx.tokens and report["window"] == 128
+    assert report["rswa_bytes"] == (ctx.tokens + 128) * 61_440
+    assert report["rswa_over_full"] == pytest.approx((ctx.tokens + 128) / (ctx.tokens + 8192))
+    with pytest.raises(ValueError, match="KVGeometry.from_config"):
+        Memory(vision="openai:gpt-4o").context().decode_kv(10)
