@@ -7,7 +7,8 @@ DynamicCache (full attention), on the same small random Llama, in the same run.
 Every step decodes one forced token (EOS never stops it), so both caches run the same work but
 for attention. Latency per step is the median over a bucket of steps ending at each checkpoint.
 On CPU it is CPU time of one thread (steady on a shared VM); on CUDA, wall time after a
-synchronize, and peak memory from torch.cuda.max_memory_allocated.
+synchronize. The two caches step in lockstep, so machine noise hits both alike. Memory is the
+K/V bytes each cache holds (the tensors themselves; the rest of the model is the same for both).
 """
 
 from __future__ import annotations
@@ -45,32 +46,33 @@ def cache_bytes(cache: transformers.Cache) -> int:
 
 
 @torch.no_grad()
-def run(model: transformers.PreTrainedModel, cache: transformers.Cache, prefix: int, steps: int,
-        device: str, bucket: int) -> list[dict]:
-    """Decode `steps` forced tokens after a `prefix`-token prompt; a row per checkpoint."""
+def run(model: transformers.PreTrainedModel, caches: dict[str, transformers.Cache], prefix: int, steps: int,
+        device: str, bucket: int) -> dict[str, list[dict]]:
+    """Decode `steps` forced tokens after a `prefix`-token prompt with each cache, in lockstep (one
+    step of each in turn, so both see the same machine noise); a row per checkpoint per cache."""
     cuda = device.startswith("cuda")
+    now = time.perf_counter if cuda else time.process_time
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, model.config.vocab_size, (1, prefix), generator=g).to(device)
     forced = torch.randint(0, model.config.vocab_size, (1, steps), generator=g).to(device)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    model(input_ids=prompt, cache=cache, use_cache=True)
-    times, rows = [], []
+    for cache in caches.values():
+        model(input_ids=prompt, cache=cache, use_cache=True)
+    times: dict[str, list[float]] = {name: [] for name in caches}
+    rows: dict[str, list[dict]] = {name: [] for name in caches}
     for i in range(steps):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter() if cuda else time.process_time()
-        model(input_ids=forced[:, i:i + 1], cache=cache, use_cache=True)
-        if cuda:
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() if cuda else time.process_time()) - t0)
-        n = i + 1
-        if n in CHECKPOINTS:
-            ms = statistics.median(times[-bucket:]) * 1000
-            rows.append({"generated": n, "ms_per_token": round(ms, 4), "tokens_per_s": round(1000 / ms, 1),
-                         "kv_bytes": cache_bytes(cache),
-                         "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None})
+        for name, cache in caches.items():
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = now()
+            model(input_ids=forced[:, i:i + 1], cache=cache, use_cache=True)
+            if cuda:
+                torch.cuda.synchronize()
+            times[name].append(now() - t0)
+        if i + 1 in CHECKPOINTS:
+            for name, cache in caches.items():
+                ms = statistics.median(times[name][-bucket:]) * 1000
+                rows[name].append({"generated": i + 1, "ms_per_token": round(ms, 4),
+                                   "tokens_per_s": round(1000 / ms, 1), "kv_bytes": cache_bytes(cache)})
     return rows
 
 
@@ -99,19 +101,16 @@ def main() -> int:
     p.add_argument("--prefix", type=int, default=1024, help="prompt (fixed prefix) tokens")
     p.add_argument("--steps", type=int, default=8192, help="generated tokens")
     p.add_argument("--window", type=int, default=128)
-    p.add_argument("--bucket", type=int, default=64, help="steps per latency median")
+    p.add_argument("--bucket", type=int, default=128, help="steps per latency median")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--out", default="out/rswa")
     args = p.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     model = small_llama(args.device)
-    results = {
-        f"R-SWA (window {args.window})": run(model, rswa_cache(model.config, args.window), args.prefix, args.steps,
-                                             args.device, args.bucket),
-        "full attention (DynamicCache)": run(model, transformers.DynamicCache(config=model.config), args.prefix,
-                                             args.steps, args.device, args.bucket),
-    }
+    results = run(model, {f"R-SWA (window {args.window})": rswa_cache(model.config, args.window),
+                          "full attention (DynamicCache)": transformers.DynamicCache(config=model.config)},
+                  args.prefix, args.steps, args.device, args.bucket)
     rswa, full = results.values()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

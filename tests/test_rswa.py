@@ -251,3 +251,17 @@ def test_ngram_guard_stops_a_looping_greedy_decode():
     guard = transformers.LogitsProcessorList([WindowedNGramGuard(4, 128, prompt_length=6)])
     guarded = model.generate(prompt, cache=rswa_cache(model.config, 32), logits_processor=guard, **kw)[0, 6:].tolist()
     assert distinct_n(guarded, 4) == 1.0 > distinct_n(plain, 4)  # a random tiny model loops; the guard ends it
+
+
+def test_cache_for_the_whole_unlimited_ocr_config_uses_its_decoder():
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrConfig
+
+    config = UnlimitedOcrConfig(text_config={"num_hidden_layers": 3, "sliding_window": 16})
+    cache = rswa_cache(config, 16)
+    assert len(cache.layers) == 3 and all(layer.windowed_mask for layer in cache.layers)
+    assert not any(layer.windowed_mask for layer in rswa_cache(_config(), 16).layers)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        rswa_cache(_config(), 0)
+    with pytest.raises(ValueError, match="sliding_attention"):
+        rswa_cache(transformers.Qwen2Config(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"],
+                                            use_sliding_window=True, sliding_window=8))
