@@ -105,8 +105,9 @@ class RSWALayer(UnlimitedOcrDynamicReferenceSlidingWindowLayer):
 
 
 class RSWACache(Cache):
-    """A transformers `Cache` of `RSWALayer`s; pass it as `past_key_values` to `model(...)` or
-    `model.generate(...)`. All R-SWA state lives here, never in the caller's slicing."""
+    """A transformers `Cache` of `RSWALayer`s; pass it as `cache=` (`past_key_values=` before
+    transformers 5.24) to `model(...)` or `model.generate(...)`. All R-SWA state lives here,
+    never in the caller's slicing."""
 
     def __init__(self, layers: list[RSWALayer]) -> None:
         super().__init__(layers=layers)
@@ -168,18 +169,14 @@ def rswa_cache(config: Any, window: int = DEFAULT_WINDOW, *, prefill_length: int
     return cache
 
 
-def rswa_mask(prefix: int, total: int, window: int, attention_mask: torch.Tensor | None = None,
-              prefix_lengths: torch.Tensor | None = None) -> torch.Tensor:
+def rswa_mask(prefix: int, total: int, window: int, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The explicit R-SWA mask over a whole sequence, [batch, 1, total, total] bool (True = seen):
     causal, and a key past the prefix is seen only from the next `window` positions (itself
     included). A full forward with it is the oracle the cache must match.
     """
     q = torch.arange(total)[:, None]
     kv = torch.arange(total)[None, :]
-    batch = 1 if attention_mask is None else attention_mask.shape[0]
-    prefix_lengths = prefix_lengths if prefix_lengths is not None else torch.full((batch,), prefix)
-    in_prefix = kv[None] < prefix_lengths[:, None, None]
-    seen = (kv <= q)[None] & (in_prefix | (q - kv < window)[None])
-    if attention_mask is not None:
+    seen = ((kv <= q) & ((kv < prefix) | (q - kv < window)))[None]
+    if attention_mask is not None:  # [batch, total] padding: 0 = never seen
         seen = seen & attention_mask[:, None, :total].bool()
     return seen[:, None]

@@ -272,9 +272,7 @@ class Memory:
         short = want - (budget.limit - plan.tokens)
         if short > 0:
             # The fitter only ever demotes, so it can go on from this plan with less room.
-            tiers = self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short, drop=False)
-            if tiers is not None and tiers != plan.tiers:
-                plan = plan.with_tiers(tiers)
+            plan = plan.with_tiers(self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short, drop=False))
         return plan, self.factsheet.build(lines, min(cap, budget.limit - plan.tokens), count)
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int) -> _Plan:
