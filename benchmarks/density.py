@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from optictx.renderers import RenderConfig
-
 from optictx.eval.fidelity import agent_turns, font_for_density, full_pages
 from optictx.eval.fidelity import corpora as corpora_of
 from optictx.images import PageImages
 from optictx.readers import TesseractReader, char_accuracy
+from optictx.renderers import RenderConfig
 from optictx.tiers import Tier
 from optictx.tokens import get_tokenizer
 

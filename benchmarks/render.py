@@ -13,10 +13,10 @@ import argparse
 import statistics
 
 from _common import best_of
-from optictx.renderers import Layout, RenderConfig, draw_page
 from PIL import Image, ImageDraw
 
 from optictx.packer import Packer
+from optictx.renderers import Layout, RenderConfig, draw_page
 from optictx.sample import prose_corpus, sample_conversation
 from optictx.tokens import get_tokenizer
 from optictx.turns import Turn, to_turn

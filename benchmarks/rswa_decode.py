@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 import transformers
-from optictx.models import rswa_cache
 
 from optictx.eval.fidelity import pyplot
+from optictx.models import rswa_cache
 
 CHECKPOINTS = (256, 512, 1024, 2048, 4096, 6144, 8192)
 

@@ -7,9 +7,10 @@ resolution tiers as they age. `import optictx` needs no torch: models live in op
 from .budget import Budget
 from .context import Context, PageSegment, TextSegment
 from .cost import COST_MODELS, CostModel, get_cost_model
-from .errors import BudgetError, ConversationFileError, OptictxError, StoreError
+from .errors import BudgetError, ConversationFileError, OptictxError, StoreError, TurnTooLargeError
 from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
+from .limits import Limits
 from .memory import Memory
 from .renderers import RenderConfig, RenderError
 from .schedule import AgeLadder, OldestFirst
@@ -30,6 +31,7 @@ __all__ = [
     "CostModel",
     "KVGeometry",
     "LegibilityGate",
+    "Limits",
     "Memory",
     "OldestFirst",
     "OptictxError",
@@ -42,6 +44,7 @@ __all__ = [
     "Tokenizer",
     "ToolCall",
     "Turn",
+    "TurnTooLargeError",
     "get_cost_model",
     "get_tokenizer",
 ]

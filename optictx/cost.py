@@ -20,6 +20,7 @@ class CostModel:
     """Base: subclasses give `image_tokens` (decoder positions) and may give `paper_tokens`."""
 
     name: str
+    max_images: int | None = None  # the consumer's documented images-per-request cap, if any
 
     def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
         raise NotImplementedError
@@ -169,6 +170,7 @@ class Anthropic(CostModel):
 
     max_edge: int = 1568
     max_pixels: int = 1092 * 1092
+    max_images: int | None = 100  # anchors.md §5: 100 images per request (200k-context models)
 
     def seen_size(self, size: tuple[int, int]) -> tuple[int, int]:
         """The size Claude looks at after its resize (what a legibility test should read)."""

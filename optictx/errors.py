@@ -19,5 +19,9 @@ class StoreError(OptictxError):
     """A memory file is missing, corrupt, or not an optictx memory."""
 
 
+class TurnTooLargeError(OptictxError, ValueError):
+    """A turn is over `Limits.max_turn_chars`; nothing was stored."""
+
+
 class ConversationFileError(OptictxError, ValueError):
     """A conversation file (JSONL) is missing or malformed; the message names the line."""

@@ -8,19 +8,21 @@ as text the consumer reads exactly; it is budgeted like every other segment.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 # Order matters: earlier patterns claim their span first (a URL's path is not also a path).
+# Each pattern starts only where a run of its characters starts (a lookbehind or \\b): otherwise
+# one long word costs a scan per character, quadratic (a 2.4M-character word took hours).
 _PATTERNS = [
     r"https?://[^\s\"'<>)\]]+",  # URLs
-    r"[\w.+-]+@[\w-]+\.[\w.-]+",  # emails
+    r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+",  # emails (anchored: one try per run, not per char)
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",  # UUIDs
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b",  # ISO dates / times
-    r"(?<![\w/.])/?(?:[\w.-]+/)+[\w.-]+\.\w{1,8}\b",  # relative or absolute file paths
-    r"\b[A-Za-z]+[_-](?=[\w-]*\d)[A-Za-z0-9_-]{3,}\b",  # prefixed ids: cus_5f30, SKU-1976, call_ab12
+    r"(?<![\w/.-])/?(?:[\w.-]+/)+[\w.-]+\.\w{1,8}\b",  # relative or absolute file paths
+    r"(?<![\w-])[A-Za-z]+[_-](?=[\w-]*\d)[A-Za-z0-9_-]{3,}\b",  # prefixed ids: cus_5f30, SKU-1976, call_ab12
     r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b",  # hex hashes and commit ids
-    r"(?<![\w.])\d[\d,]*\.\d+\b|(?<![\w.])\d{4,}\b",  # decimals and numbers of 4+ digits
+    r"(?<![\w.,])\d[\d,]*\.\d+\b|(?<![\w.])\d{4,}\b",  # decimals and numbers of 4+ digits
 ]
 _FACT = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
 
@@ -56,17 +58,18 @@ class Factsheet:
     def extract(self, text: str) -> tuple[str, ...]:
         return tuple(self.finder(text))
 
-    def lines(self, facts: Iterable[tuple[int, Sequence[str]]], count: Callable[[str], int],
+    def lines(self, facts: Mapping[int, Sequence[str]], count: Callable[[str], int],
               gone: Collection[int] = ()) -> list[str]:
-        """One line per turn that has facts: turns in `gone` first, each group newest first; a fact
-        is listed once (first mention in that order).
+        """One line per turn (turn id -> its facts) that has facts: turns in `gone` first, each
+        group newest first; a fact is listed once (first mention in that order).
 
-        Stops once the lines hold more than `max_tokens`: later ones could never be shown.
+        Stops once the lines hold more than `max_tokens`: later ones could never be shown, nor
+        looked up (`facts` may be a lazy mapping).
         """
         seen: set[str] = set()
         out, used = [], count(self.header)
-        for turn_id, found in sorted(facts, key=lambda f: (f[0] in gone, f[0]), reverse=True):
-            new = [f for f in found if f not in seen]
+        for turn_id in sorted(facts, key=lambda t: (t in gone, t), reverse=True):
+            new = [f for f in facts[turn_id] if f not in seen]
             seen.update(new)
             if new:
                 out.append(f"#{turn_id}{' gone' if turn_id in gone else ''}: " + " ".join(new))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -11,10 +14,11 @@ from typing import Any
 from .budget import Budget
 from .context import CAPTION, Context, PageSegment, TextSegment
 from .cost import CostModel, get_cost_model
-from .errors import BudgetError, StoreError
+from .errors import BudgetError
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
+from .limits import Limits
 from .packer import Packer, Page
 from .renderers import Layout, RenderConfig
 from .schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
@@ -95,6 +99,12 @@ def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
 class Memory:
     """A conversation memory that fits any budget.
 
+    Thread-safe: every public method holds the memory's lock, so threads may add and build
+    contexts at once; a context is a snapshot of whole turns, never of half an `add`. Several
+    processes may share one SQLite file, each with its own Memory: ids follow one total order, and
+    each Memory catches up with the others' turns on its next `add`, `context`, `len` or `pages`.
+    Open a Memory after forking, not before (a SQLite connection must not cross a fork).
+
     >>> mem = Memory(budget=Budget(tokens=4000), keep_recent=2)
     >>> _ = mem.add({"role": "user", "content": "hello"})
     >>> mem.context().tokens <= 4000
@@ -116,6 +126,7 @@ class Memory:
         factsheet: Factsheet | None = Factsheet(),  # noqa: B008 (frozen, safe to share)
         gate: LegibilityGate | None = None,
         image_cache_bytes: int = 256 * 2**20,
+        limits: Limits = Limits(),  # noqa: B008 (frozen, safe to share)
     ) -> None:
         if keep_recent < 0:
             raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
@@ -129,23 +140,30 @@ class Memory:
         self.fitter = fitter or OldestFirst()
         self.factsheet = factsheet
         self.gate = gate
+        self.limits = limits
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
+        self._lock = threading.RLock()
+        self._store = self._open_store(store)
+        self._load()
+
+    def _load(self) -> None:
+        """(Re)build the in-memory view from the store: restored pages, then every turn replayed."""
         self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
         self._system: list[Turn] = []
         self._pinned: list[Turn] = []
         self._window: list[Turn] = []
         self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
         self._page_tokens: list[int] = []  # text tokens of each sealed page
-        # Packed turns, by id, for the factsheet; their exact strings are found the first time a
-        # context images them (most pages of a long memory never are) and kept.
-        self._fact_source: dict[int, Turn] = {}
+        # Exact strings of packed turns, found the first time a context images them (most pages of
+        # a long memory never are); the turns themselves are read back from the store.
         self._facts: dict[int, tuple[str, ...]] = {}
         self._count = 0
         self._text_total = 0
-        self._store = self._open_store(store)
-        for turn in self._store.turns():
-            self._ingest(turn)
+        self._last_id = -1
+        self._restore_pages()
+        self._saved = len(self._packer.sealed)
+        self._sync()
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -168,17 +186,66 @@ class Memory:
             "keep_recent": self.keep_recent,
             "tokens_per_page": self.tokens_per_page,
             "render": self.render.model_dump(mode="json"),
+            "limits": self.limits.model_dump(mode="json"),
         }
+
+    def _restore_pages(self) -> None:
+        """Sealed pages stored under this memory's packing key: a reopen need not lay them out again."""
+        rows = self._store.load_pages(self._packer.key)
+        try:
+            bodies = [json.loads(r) for r in rows]
+            self._packer.restore([b["lines"] for b in bodies])
+            self._page_tokens = [int(b["tokens"]) for b in bodies]
+        except (ValueError, KeyError, TypeError):  # derived data: damaged pages are re-packed
+            self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
+            self._page_tokens = []
+
+    def _sync(self) -> None:
+        """Take in turns the store holds that this memory has not seen (other writers' too)."""
+        for turn in self._store.since(self._last_id):
+            self._ingest(turn)
+        sealed = self._packer.sealed
+        if len(sealed) > self._saved:
+            self._store.save_pages(self._packer.key, self._saved, [
+                json.dumps({"tokens": n, "lines": p.to_json()}, ensure_ascii=True)
+                for p, n in zip(sealed[self._saved :], self._page_tokens[self._saved :])])
+            self._saved = len(sealed)
+
+    @contextmanager
+    def batch(self) -> Iterator[Memory]:
+        """Group adds into one store transaction (one fsync, not one per turn).
+
+        Turns added inside are durable when the outermost batch exits. An exception rolls the
+        whole batch back, in the store and in this memory, and propagates. Other threads wait
+        until the batch ends; other processes' writes wait too (up to a minute).
+        """
+        with self._lock:
+            try:
+                with self._store.batch():
+                    yield self
+            except BaseException:
+                self._load()  # the view had taken in turns the store has just forgotten
+                raise
+
+    def close(self) -> None:
+        """Close the store's file; the memory must not be used afterwards."""
+        with self._lock:
+            self._store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: str | Path, **overrides: Any) -> Memory:
         """Reopen a memory saved with `Memory(store=path)`; keyword arguments override its settings."""
-        path = Path(path)
-        if not path.is_file():
-            raise StoreError(f"{path}: no such memory file")
-        probe = SQLiteStore(path)
-        meta = probe.get_meta() or {}
-        probe.close()
+        probe = SQLiteStore(path, create=False)
+        try:
+            meta = probe.get_meta() or {}
+        finally:
+            probe.close()
         settings: dict[str, Any] = {}
         if "vision" in meta:
             settings["vision"] = meta["vision"]
@@ -189,6 +256,8 @@ class Memory:
                 settings[key] = meta[key]
         if "render" in meta:
             settings["render"] = RenderConfig.model_validate(meta["render"])
+        if "limits" in meta:
+            settings["limits"] = Limits.model_validate(meta["limits"])
         settings.update(overrides)
         return cls(store=path, **settings)
 
@@ -202,12 +271,15 @@ class Memory:
         t = to_turn(turn)
         if pin and not t.pinned:
             t = Turn.model_validate({**t.model_dump(), "pinned": True})  # validated: tool turns refuse pins
-        stored = self._store.append(t.model_copy(update={"id": None}))
-        self._ingest(stored)
-        return stored
+        self.limits.check(t)
+        with self._lock:
+            stored = self._store.append(t.model_copy(update={"id": None}))
+            self._sync()
+            return stored
 
     def _ingest(self, turn: Turn) -> None:
-        assert turn.id is not None  # stores always assign ids
+        assert turn.id == self._last_id + 1, (turn.id, self._last_id)  # stores count 0, 1, 2, ...
+        self._last_id = turn.id
         self._count += 1
         n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
         self._text_total += n
@@ -221,11 +293,14 @@ class Memory:
         cuts = safe_cuts(self._window)
         target = len(self._window) - self.keep_recent
         cut = max([c for c in cuts if c <= target] + [cuts[0]])
+        # Turns already on restored pages go back onto them, whatever keep_recent is now.
+        on_pages = sum(1 for t in self._window if t.id <= self._packer.restored_upto)  # type: ignore[operator]
+        if cut < on_pages:
+            cut = min(c for c in cuts if c >= on_pages)
         for t in self._window[:cut]:
             for page in self._packer.add(t):
                 self._page_tokens.append(self.tokenizer.count(page.text))
             self._tokens.pop(t.id, None)  # type: ignore[arg-type]
-            self._fact_source[t.id] = t  # type: ignore[index]
         del self._window[:cut]
 
     # -- reading ------------------------------------------------------------------------------
@@ -233,27 +308,38 @@ class Memory:
     @property
     def recent(self) -> list[Turn]:
         """Turns not on any page yet: they stay native text while the budget allows."""
-        return list(self._window)
+        with self._lock:
+            self._sync()
+            return list(self._window)
 
     def transcript(self) -> list[Turn]:
         """Every turn ever added, verbatim, in order."""
-        return self._store.turns()
+        return self._store.since(-1)
 
     def __len__(self) -> int:
-        return self._count
+        with self._lock:
+            self._sync()
+            return self._count
 
     @property
     def pages(self) -> list[Page]:
         """Sealed pages plus the open one (not sealed yet), oldest first."""
-        return [*self._packer.sealed, *self._packer.preview()]
+        with self._lock:
+            self._sync()
+            return [*self._packer.sealed, *self._packer.preview()]
 
     def context(self, *, budget: Budget | None = None, vision: str | CostModel | None = None) -> Context:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big."""
+        with self._lock:
+            self._sync()
+            return self._context(budget, vision)
+
+    def _context(self, budget: Budget | None, vision: str | CostModel | None) -> Context:
         budget = budget or self.budget
         model = self.vision if vision is None else get_cost_model(vision)
         fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
         fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
-        plan = self._plan(budget, model, sum(s.tokens for s in fixed))
+        plan = self._plan(budget, model, sum(s.tokens for s in fixed), self.limits.page_cap(model.max_images))
         plan, sheet = self._with_factsheet(plan, budget)
         return self._assemble(fixed, plan, sheet, budget, model)
 
@@ -275,7 +361,7 @@ class Memory:
             plan = plan.with_tiers(self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short, drop=False))
         return plan, self.factsheet.build(lines, min(cap, budget.limit - plan.tokens), count)
 
-    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int) -> _Plan:
+    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> _Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
         tok, window = self.tokenizer, self._window
         caption_tokens = tok.count(CAPTION)
@@ -293,6 +379,8 @@ class Memory:
             tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
             if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
+            if tiers is not None and max_pages is not None:
+                tiers = _cap_images(tiers, costs, max_pages)
             if tiers is not None:
                 return _Plan(cut, pages, tiers, costs, fixed_tokens + sum(recent_tokens[cut:]), caption_tokens)
         raise BudgetError(
@@ -307,16 +395,7 @@ class Memory:
         imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image for tid in p.turn_ids}
         gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
         window = {t.id: t for t in self._window[: plan.cut]}  # recent turns this plan put on pages
-        facts = []
-        for tid in imaged | gone:
-            found = self._facts.get(tid)
-            if found is None:
-                turn = self._fact_source.get(tid) or window[tid]
-                found = self.factsheet.extract(fact_text(turn))
-                if tid in self._fact_source:
-                    self._facts[tid] = found
-            facts.append((tid, found))
-        return self.factsheet.lines(facts, self.tokenizer.count, gone)
+        return self.factsheet.lines(_Facts(self, imaged | gone, window), self.tokenizer.count, gone)
 
     def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
                   model: CostModel) -> Context:
@@ -339,7 +418,7 @@ class Memory:
         ctx = context or self.context()
         report = ctx.report()
         return {
-            "turns": self._count,
+            "turns": len(self),
             "text_tokens": self._text_total,
             "context_tokens": ctx.tokens,
             "ratio": round(self._text_total / ctx.tokens, 2) if ctx.tokens else None,
@@ -347,3 +426,34 @@ class Memory:
             "sealed_pages": len(self._packer.sealed),
             "vision": ctx.vision.name,
         }
+
+
+class _Facts(Mapping[int, tuple[str, ...]]):
+    """Turn id -> exact strings, found on first lookup: the factsheet reads only the turns it
+    lists, and a turn that left the window is read back from the store, not kept in RAM."""
+
+    def __init__(self, mem: Memory, ids: set[int], window: dict[int, Turn]) -> None:
+        self._mem, self._ids, self._window = mem, ids, window
+
+    def __getitem__(self, tid: int) -> tuple[str, ...]:
+        found = self._mem._facts.get(tid)
+        if found is None:
+            turn = self._window.get(tid) or self._mem._store.get([tid])[tid]
+            assert self._mem.factsheet is not None
+            found = self._mem._facts[tid] = self._mem.factsheet.extract(fact_text(turn))
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _cap_images(tiers: list[Tier], costs: Sequence[PageCost], cap: int) -> list[Tier]:
+    """At most `cap` pages sent as images: the oldest beyond it are dropped (the budget only shrinks)."""
+    imaged = [i for i, (c, t) in enumerate(zip(costs, tiers)) if c.actual(t).is_image]
+    out = list(tiers)
+    for i in imaged[: max(0, len(imaged) - cap)]:
+        out[i] = Tier.GONE
+    return out

@@ -17,6 +17,10 @@ from .renderers import Block, Columns, Layout, Line
 from .tokens import Tokenizer
 from .turns import Turn
 
+# Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
+# by an older optictx are re-packed instead of mixed with new ones.
+PACK_VERSION = 1
+
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
 
 
@@ -91,6 +95,10 @@ class Page:
     def tokens_estimate(self) -> int:
         return sum(e.tokens for e in self.entries)
 
+    def to_json(self) -> list[list[object]]:
+        """The page's lines for the store: [turn id, style, height, token share, text] each."""
+        return [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text] for e in self.entries]
+
 
 class Packer:
     """Appends turns to pages. `add` seals pages for good; `preview` shows the rest without sealing."""
@@ -106,6 +114,37 @@ class Packer:
         self._cols = Columns(layout.config)  # where the open page's next line goes
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
         self._entries_cache: OrderedDict[int, tuple[Entry, ...]] = OrderedDict()
+        self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
+
+    @property
+    def key(self) -> str:
+        """Names everything that decides where pages break and what they show."""
+        return f"pack{PACK_VERSION}:{self._style}:{self.tokens_per_page}:{self.tokenizer.name}"
+
+    def restore(self, pages: Sequence[list[list[object]]]) -> None:
+        """Start after pages sealed earlier under the same `key` (`Page.to_json`): turns wholly on
+        them are not laid out again, and the last one continues where its lines stop."""
+        sealed = []
+        for index, rows in enumerate(pages):
+            entries = tuple(Entry(int(tid), Line(str(text), style, int(height)), int(n))  # type: ignore[arg-type]
+                            for tid, style, height, n, text in rows)
+            if not entries or any(e.line.style not in ("header", "text", "code") for e in entries):
+                raise ValueError(f"stored page {index} is malformed")
+            sealed.append(Page(index, entries, True, self._style))
+        self.sealed = sealed
+        if sealed:
+            last, done = sealed[-1].entries[-1].turn_id, 0
+            for page in reversed(sealed):  # a turn's lines are contiguous: count back to its start
+                n = sum(1 for e in page.entries if e.turn_id == last)
+                done += n
+                if n < len(page.entries):
+                    break
+            self._resume = (last, done)
+
+    @property
+    def restored_upto(self) -> int:
+        """The last turn on pages restored but not yet replayed, or -1."""
+        return self._resume[0] if self._resume else -1
 
     def entries(self, turn: Turn) -> tuple[Entry, ...]:
         """The turn's laid-out lines, cached by turn id (recent turns are re-packed per preview)."""
@@ -139,7 +178,15 @@ class Packer:
 
     def add(self, turn: Turn) -> list[Page]:
         """Pack one turn for good; returns the pages this sealed."""
-        new_sealed, self._open, self._cols = self._fill(self.entries(turn))
+        skip = 0
+        if self._resume is not None:  # replaying turns onto restored pages
+            last, done = self._resume
+            if turn.id is not None and turn.id < last:
+                return []  # wholly on them: no layout at all
+            self._resume = None
+            skip = done if turn.id == last else 0
+        entries = self.entries(turn)[skip:]
+        new_sealed, self._open, self._cols = self._fill(entries)
         self.sealed.extend(new_sealed)
         self._entries_cache.pop(turn.id if turn.id is not None else -1, None)
         return new_sealed

@@ -1,30 +1,73 @@
-"""Stores keep every turn verbatim, forever: in memory, or in a SQLite file (WAL, durable adds)."""
+"""Stores keep every turn verbatim, forever: in memory, or in a SQLite file (WAL, durable adds).
+
+Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test_durability.py`):
+- A turn is durable when `append` returns: its transaction is committed and, with
+  `synchronous=FULL`, the write-ahead log is fsynced, so it survives the process being killed
+  and, as far as the disk honours fsync, the machine losing power.
+- Inside `batch()` turns become durable together when the outermost batch exits; an exception
+  in the batch rolls all of them back.
+- Ids are 0, 1, 2, ... in commit order, across every thread and process writing to the file: a
+  writer takes SQLite's write lock (`BEGIN IMMEDIATE`) before it picks the next id, so the
+  committed turns are always a gap-free prefix of one total order.
+- Pages are derived data, stored beside the turns under a key naming everything that shapes them
+  (render settings, fonts, page density, tokenizer). They are a cache: a missing, damaged or
+  foreign-keyed page set is rebuilt from the turns, never mixed with pages of other settings.
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import threading
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import StoreError
 from .turns import Turn
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _APP_ID = 0x6F707478  # "optx": marks the file as an optictx memory
+_BUSY_TIMEOUT_S = 60.0  # how long a writer waits for another process's transaction to finish
+
+# Each schema version's tables, created in order; opening an older file runs the missing steps.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("CREATE TABLE turns (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
+    2: ("CREATE TABLE pages (key TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, "
+        "PRIMARY KEY (key, idx))",),
+}
 
 
 class Store(Protocol):
-    """Append-only turn storage. `append` assigns the next id and returns the stored turn."""
+    """Append-only turn storage with ids 0, 1, 2, ... and a cache of derived pages."""
 
-    def append(self, turn: Turn) -> Turn: ...
+    def append(self, turn: Turn) -> Turn:
+        """Store `turn` under the next id and return it with that id."""
+        ...
 
-    def turns(self) -> list[Turn]: ...
+    def since(self, after: int) -> list[Turn]:
+        """Turns with an id above `after`, in order (`since(-1)`: all of them)."""
+        ...
+
+    def get(self, ids: Iterable[int]) -> dict[int, Turn]: ...
 
     def get_meta(self) -> dict[str, Any] | None: ...
 
     def set_meta(self, meta: dict[str, Any]) -> None: ...
+
+    def load_pages(self, key: str) -> list[str]:
+        """The stored page bodies for `key`, in page order; pages under other keys are discarded."""
+        ...
+
+    def save_pages(self, key: str, first: int, bodies: list[str]) -> None: ...
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Group appends: durable together at the end, all rolled back on an exception."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class MemoryStore:
@@ -33,7 +76,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._turns: list[Turn] = []
         self._meta: dict[str, Any] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def append(self, turn: Turn) -> Turn:
         with self._lock:
@@ -41,8 +84,11 @@ class MemoryStore:
             self._turns.append(stored)
             return stored
 
-    def turns(self) -> list[Turn]:
-        return list(self._turns)
+    def since(self, after: int) -> list[Turn]:
+        return self._turns[after + 1 :]
+
+    def get(self, ids: Iterable[int]) -> dict[int, Turn]:
+        return {i: self._turns[i] for i in ids}
 
     def get_meta(self) -> dict[str, Any] | None:
         return self._meta
@@ -50,70 +96,184 @@ class MemoryStore:
     def set_meta(self, meta: dict[str, Any]) -> None:
         self._meta = dict(meta)
 
+    def load_pages(self, key: str) -> list[str]:
+        return []  # pages live in the Memory itself; nothing outlives the process
+
+    def save_pages(self, key: str, first: int, bodies: list[str]) -> None:
+        pass
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._lock:
+            mark = len(self._turns)
+            try:
+                yield
+            except BaseException:
+                del self._turns[mark:]
+                raise
+
+    def close(self) -> None:
+        pass
+
 
 class SQLiteStore:
-    """Turns as JSON rows in SQLite. A turn is durable (committed, fsynced) when `append` returns."""
+    """Turns as JSON rows in SQLite (WAL). Safe to share between threads; one per process.
 
-    def __init__(self, path: str | Path) -> None:
+    `create=False` refuses to start a new memory: the file must already be one.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0  # nesting of batch()
+        if not create and not self.path.is_file():
+            raise StoreError(f"{self.path}: no such memory file")
+        if not create and self.path.stat().st_size == 0:
+            raise StoreError(f"{self.path}: empty file, not an optictx memory")
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False,
+                                       isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open ({exc})") from exc
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._init_schema()
+            self._init_schema(create)
         except sqlite3.DatabaseError as exc:
+            self._db.close()
             raise StoreError(f"{self.path}: not a readable optictx memory ({exc})") from exc
+        except StoreError:
+            self._db.close()
+            raise
 
-    def _init_schema(self) -> None:
-        app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if app_id == 0 and not tables:
-            with self._db:
-                self._db.execute("BEGIN IMMEDIATE")
+    def _init_schema(self, create: bool) -> None:
+        with self._write():  # under the write lock: two processes creating one file agree
+            app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if app_id == 0 and not tables:
+                if not create:
+                    raise StoreError(f"{self.path}: an empty SQLite file, not an optictx memory")
                 self._db.execute(f"PRAGMA application_id={_APP_ID}")
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                self._db.execute("CREATE TABLE turns (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
-                self._db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            return
-        if app_id != _APP_ID:
-            raise StoreError(f"{self.path}: this SQLite file is not an optictx memory")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: written by a newer optictx (schema {version}); upgrade optictx")
+                self._migrate(0)
+                return
+            if app_id != _APP_ID:
+                raise StoreError(f"{self.path}: this SQLite file is not an optictx memory")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: written by a newer optictx (schema {version}, this one reads "
+                                 f"up to {SCHEMA_VERSION}); upgrade optictx")
+            missing = {"turns", "meta"} - tables
+            if missing:
+                raise StoreError(f"{self.path}: damaged optictx memory (no {', '.join(sorted(missing))} table)")
+            self._migrate(version)
 
-    def append(self, turn: Turn) -> Turn:
+    def _migrate(self, version: int) -> None:
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for sql in _MIGRATIONS[step]:
+                self._db.execute(sql)
+        if version != SCHEMA_VERSION:
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, or a part of the enclosing batch's."""
+        with self._lock:
+            if self._depth:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group writes into one transaction: one fsync for all of them, all or nothing."""
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                with self._write():
+                    self._depth += 1
+                    try:
+                        yield
+                    finally:
+                        self._depth -= 1
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{self.path}: could not commit a batch of turns ({exc})") from exc
+
+    def append(self, turn: Turn) -> Turn:
+        try:
+            with self._write():
                 (next_id,) = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM turns").fetchone()
                 stored = turn.model_copy(update={"id": next_id})
                 self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, _dump(stored)))
-                self._db.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise StoreError(f"{self.path}: could not store a turn ({exc})") from exc
-            return stored
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: could not store a turn ({exc})") from exc
+        return stored
 
-    def turns(self) -> list[Turn]:
+    def since(self, after: int) -> list[Turn]:
+        return self._turns("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (after,))
+
+    def get(self, ids: Iterable[int]) -> dict[int, Turn]:
+        ids, out = list(ids), {}
+        for i in range(0, len(ids), 500):  # SQLite caps the parameters of one statement
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update((t.id, t) for t in self._turns(f"SELECT id, body FROM turns WHERE id IN ({marks})", chunk))
+        return out
+
+    def _turns(self, sql: str, args: Any) -> list[Turn]:
         try:
-            rows = self._db.execute("SELECT body FROM turns ORDER BY id").fetchall()
+            with self._lock:
+                rows = self._db.execute(sql, args).fetchall()
             # json.loads, not pydantic's parser: only the stdlib one accepts lone-surrogate escapes.
-            return [Turn.model_validate(json.loads(body)) for (body,) in rows]
+            turns = [Turn.model_validate(json.loads(body)) for (_, body) in rows]
         except (sqlite3.DatabaseError, ValueError) as exc:
             raise StoreError(f"{self.path}: corrupt turn data ({exc})") from exc
+        bad = next((i for (i, _), t in zip(rows, turns) if t.id != i), None)
+        if bad is not None:
+            raise StoreError(f"{self.path}: corrupt turn data (row {bad} holds another turn's id)")
+        return turns
 
     def get_meta(self) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
-        return json.loads(row[0]) if row else None
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
+            return json.loads(row[0]) if row else None
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise StoreError(f"{self.path}: corrupt settings ({exc})") from exc
 
     def set_meta(self, meta: dict[str, Any]) -> None:
-        with self._lock, self._db:
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)", (json.dumps(meta),))
+        try:
+            with self._write():
+                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)", (json.dumps(meta),))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: could not store settings ({exc})") from exc
+
+    def load_pages(self, key: str) -> list[str]:
+        try:
+            with self._write():
+                self._db.execute("DELETE FROM pages WHERE key != ?", (key,))  # other settings: stale
+                rows = self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
+        except sqlite3.DatabaseError:
+            return []  # derived data: the caller re-packs from the turns
+        # Only a gap-free run from page 0 is usable; later ones are re-packed.
+        run = next((n for n, (idx, _) in enumerate(rows) if idx != n), len(rows))
+        return [body for _, body in rows[:run]]
+
+    def save_pages(self, key: str, first: int, bodies: list[str]) -> None:
+        try:
+            with self._write():
+                self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",
+                                     [(key, first + n, b) for n, b in enumerate(bodies)])
+        except sqlite3.OperationalError:
+            pass  # a cache write (read-only file, lock timeout): the pages are re-packed on next open
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
 
 def _dump(turn: Turn) -> str:

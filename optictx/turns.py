@@ -10,6 +10,26 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+MAX_NESTING = 64  # content parts and metadata deeper than this are refused (JSON encoders recurse)
+
+
+def check_json(value: Any, where: str) -> None:
+    """Raise a clear TypeError/ValueError unless `value` is plain JSON data nested at most
+    MAX_NESTING deep: turns are stored and exported as JSON, so anything else would fail later."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ValueError(f"{where} is nested more than {MAX_NESTING} levels deep")
+        if isinstance(v, Mapping):
+            bad = next((k for k in v if not isinstance(k, str)), None)
+            if bad is not None:
+                raise TypeError(f"{where} has a non-string key {bad!r:.40}")
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+        elif not (v is None or isinstance(v, (str, int, float, bool))):
+            raise TypeError(f"{where} holds a {type(v).__name__}, which is not JSON data")
 
 
 class FunctionCall(BaseModel):
@@ -66,9 +86,16 @@ class Turn(BaseModel):
                     raise TypeError(f"content part {i} must be a dict with a string 'type', got {part!r:.80}")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise TypeError(f"content part {i} is type 'text' but has no string 'text'")
+                check_json(part, f"content part {i}")
             return tuple(dict(p) for p in v)
         if not isinstance(v, str):
             raise TypeError(f"content must be a string or a list of content parts, got {type(v).__name__}")
+        return v
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_json(v, "metadata")
         return v
 
     @model_validator(mode="after")

@@ -54,6 +54,9 @@ def displayable(text: str, chain: FontChain) -> str:
     return "".join(out)
 
 
+_MEASURE_CHUNK = 4096
+
+
 class Measurer:
     """Cached pixel widths of words for one chain (BASIC engine, or bidi for RTL words)."""
 
@@ -67,6 +70,10 @@ class Measurer:
     def width(self, s: str) -> float:
         if self.advance is not None and s.isascii():
             return len(s) * self.advance
+        if len(s) > _MEASURE_CHUNK:
+            # FreeType refuses strings over a million characters (Pillow's guard); a word this
+            # long is wider than any line, so summing chunks (kerning lost at the seams) is enough.
+            return sum(self.width(s[i : i + _MEASURE_CHUNK]) for i in range(0, len(s), _MEASURE_CHUNK))
         w = self._cache.get(s)
         if w is None:
             faces = self.chain.faces

@@ -21,9 +21,9 @@ def test_find_facts(text, facts):
 
 def test_lines_newest_first_and_deduplicated():
     sheet, count = Factsheet(), Memory().tokenizer.count
-    lines = sheet.lines([(1, ("4417", "ee7653c9bc8d")), (5, ("4417",)), (3, ())], count)
+    lines = sheet.lines({1: ("4417", "ee7653c9bc8d"), 5: ("4417",), 3: ()}, count)
     assert lines == ["#5: 4417", "#1: ee7653c9bc8d"]
-    many = Factsheet(max_tokens=50).lines([(i, (str(10**6 + i),)) for i in range(1000)], count)
+    many = Factsheet(max_tokens=50).lines({i: (str(10**6 + i),) for i in range(1000)}, count)
     assert 3 < len(many) < 30 and many[0] == "#999: 1000999"  # stops past max_tokens
 
 
@@ -88,7 +88,7 @@ def test_factsheet_can_be_turned_off():
 
 def test_dropped_turns_are_listed_first_and_marked_gone():
     sheet, count = Factsheet(), Memory().tokenizer.count
-    lines = sheet.lines([(1, ("1000001",)), (2, ("1000002",)), (7, ("1000007",))], count, gone={1, 2})
+    lines = sheet.lines({1: ("1000001",), 2: ("1000002",), 7: ("1000007",)}, count, gone={1, 2})
     assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#7: 1000007"]
 
 
@@ -105,3 +105,12 @@ def test_factsheet_never_pushes_a_page_out_and_keeps_strings_of_dropped_ones():
     shown = {tid for p in ctx.pages for tid in p.turn_ids}
     newest_gone = max(tid for p in ctx.gone for tid in p.turn_ids if tid % 2 == 0 and tid not in shown)
     assert f"#{newest_gone} gone: {numbers[newest_gone // 2]}" in ctx.factsheet
+
+
+@pytest.mark.parametrize("unit", ["a-", "1,", "a@", "-a/", "f-_", "漢字", "x", "ab1-"])
+def test_long_runs_are_scanned_in_linear_time(unit):
+    # Each of these shapes once made a pattern rescan the rest of the run at every character:
+    # 200k characters took minutes, a 2.4M-character tool output hours.
+    text = unit * (200_000 // len(unit))
+    found = find_facts(text + " commit ee7653c9bc8d")
+    assert found[-1] == "ee7653c9bc8d"

@@ -1,7 +1,6 @@
-from optictx.renderers import Layout, RenderConfig
-
 from optictx import Turn
 from optictx.packer import Packer, turn_blocks
+from optictx.renderers import Layout, RenderConfig
 from optictx.tokens import get_tokenizer
 
 

@@ -2,6 +2,7 @@ import hashlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from optictx.renderers import Block, Layout, RenderConfig, draw_page
 from optictx.renderers.fonts import REPLACEMENT
 

@@ -1,0 +1,50 @@
+"""Limits: the hard caps that keep hostile or runaway input from exhausting a memory's host."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import TurnTooLargeError
+from .turns import Turn
+
+
+class Limits(BaseModel):
+    """`Memory(limits=Limits(...))`. The defaults admit any realistic agent traffic.
+
+    A 10 MB tool output is within them: it is stored verbatim and drawn onto ~4,000 pages, of
+    which the budget shows the newest (about 4 s to add on one core).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turn_chars: int = Field(
+        16_000_000, ge=1,
+        description="characters of one turn (text, tool-call arguments, other content parts as JSON); "
+                    "a longer turn is refused with TurnTooLargeError before anything is stored")
+    max_pages: int | None = Field(
+        None, ge=0,
+        description="page images in one context, oldest dropped first; None: the vision model's "
+                    "documented images-per-request cap (Anthropic: 100), else only the budget")
+
+    def check(self, turn: Turn) -> None:
+        size = turn_chars(turn)
+        if size > self.max_turn_chars:
+            raise TurnTooLargeError(
+                f"a {turn.role} turn of {size:,} characters is over Limits.max_turn_chars={self.max_turn_chars:,}; "
+                "nothing was stored. Store a summary or a file reference, or raise the limit.")
+
+    def page_cap(self, model_max: int | None) -> int | None:
+        caps = [c for c in (self.max_pages, model_max) if c is not None]
+        return min(caps) if caps else None
+
+
+def turn_chars(turn: Turn) -> int:
+    n = sum(len(c.function.name) + len(c.function.arguments) for c in turn.tool_calls)
+    if isinstance(turn.content, str):
+        return n + len(turn.content)
+    for part in turn.content:
+        is_text = part.get("type") == "text"
+        n += len(part["text"]) if is_text else len(json.dumps(part, ensure_ascii=False, default=str))
+    return n
