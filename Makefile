@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench tesseract clean
+.PHONY: demo test test-long lint bench tesseract clean
 
 # torch: a torch the base Python already has is reused (the venv then sees system packages);
 # otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
@@ -23,7 +23,11 @@ demo: $(STAMP)
 	$(VENV)/bin/optictx demo --out out/demo
 
 test: $(STAMP) tesseract
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+# The long variants: 100 SIGKILLs, 8 threads and 4 processes x 1,000 adds, 10 MB turns (~5 min).
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -31,6 +35,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/render.py
 	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/store.py
 
 tesseract:
 	@command -v tesseract >/dev/null 2>&1 || { \

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -44,8 +45,13 @@ class Reader(Protocol):
                    boxes: Sequence[Sequence[Box] | None] | None = None) -> list[str]: ...
 
 
+_LANG = re.compile(r"[A-Za-z0-9_]{1,32}")
+
+
 def find_tessdata(lang: str = "eng") -> str:
     """The folder holding `<lang>.traineddata`: $TESSDATA_PREFIX, then Debian's locations."""
+    if not _LANG.fullmatch(lang):  # it becomes part of a file name: no paths, no traversal
+        raise ReaderError(f"{lang!r} is not a Tesseract language name (letters, digits, _)")
     candidates = [os.environ["TESSDATA_PREFIX"]] if os.environ.get("TESSDATA_PREFIX") else []
     for folder in (*candidates, *TESSDATA_DIRS):
         if (Path(folder) / f"{lang}.traineddata").is_file():
