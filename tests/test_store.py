@@ -221,3 +221,17 @@ def test_turns_over_the_size_limit_are_refused_before_storing(tmp_path):
     with pytest.raises(TurnTooLargeError):
         mem.add({"role": "user", "content": [part]})
     assert len(mem) == 0 and mem.transcript() == []
+
+
+def test_a_changed_font_file_re_renders_pages(tmp_path, sample):
+    from optictx.renderers import fonts
+
+    font = tmp_path / "fallback.ttf"
+    font.write_bytes(fonts.MONO.read_bytes())
+    path = tmp_path / "mem.db"
+    before = {p.digest for p in _memory(path, sample, render=RenderConfig(fallback_fonts=(str(font),))).pages}
+    font.write_bytes(fonts.SANS_BOLD.read_bytes())  # same path and settings, other glyphs
+    for cached in (fonts._fontset, fonts._file_digest, fonts._coverage, fonts._truetype):
+        cached.cache_clear()  # as a new process would: font files are read once per process
+    after = {p.digest for p in Memory.open(path).pages}
+    assert after and not after & before
