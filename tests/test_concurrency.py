@@ -98,7 +98,8 @@ def _processes(path: Path, writers: int, count: int) -> None:
     for p in procs:
         out, err = p.communicate()
         assert p.returncode == 0, err[-2000:]
-        assert len(out.splitlines()) == count
+        lines = out.splitlines()
+        assert lines[0] == "ready" and len(lines) == count + 1  # then one acknowledgement per add
     _check_order(Memory.open(path), writers, count)
     assert len(reader) == writers * count  # the reader caught up with every writer
     assert contexts > 0
