@@ -206,9 +206,10 @@ class Memory:
             self._ingest(turn)
         sealed = self._packer.sealed
         if len(sealed) > self._saved:
-            self._store.save_pages(self._packer.key, self._saved, [
+            # A generator: the in-memory store never serializes what it does not keep.
+            self._store.save_pages(self._packer.key, self._saved, (
                 json.dumps({"tokens": n, "lines": p.to_json()}, ensure_ascii=True)
-                for p, n in zip(sealed[self._saved :], self._page_tokens[self._saved :])])
+                for p, n in zip(sealed[self._saved :], self._page_tokens[self._saved :])))
             self._saved = len(sealed)
 
     @contextmanager

@@ -61,7 +61,7 @@ class Store(Protocol):
         """The stored page bodies for `key`, in page order; pages under other keys are discarded."""
         ...
 
-    def save_pages(self, key: str, first: int, bodies: list[str]) -> None: ...
+    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None: ...
 
     def batch(self) -> AbstractContextManager[None]:
         """Group appends: durable together at the end, all rolled back on an exception."""
@@ -99,7 +99,7 @@ class MemoryStore:
     def load_pages(self, key: str) -> list[str]:
         return []  # pages live in the Memory itself; nothing outlives the process
 
-    def save_pages(self, key: str, first: int, bodies: list[str]) -> None:
+    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
         pass
 
     @contextmanager
@@ -214,7 +214,11 @@ class SQLiteStore:
         return stored
 
     def since(self, after: int) -> list[Turn]:
-        return self._turns("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (after,))
+        turns = self._turns("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (after,))
+        gap = next((after + 1 + n for n, t in enumerate(turns) if t.id != after + 1 + n), None)
+        if gap is not None:  # ids are assigned gap-free: a hole means rows were lost
+            raise StoreError(f"{self.path}: corrupt turn data (turn {gap} is missing)")
+        return turns
 
     def get(self, ids: Iterable[int]) -> dict[int, Turn]:
         ids, out = list(ids), {}
@@ -263,7 +267,7 @@ class SQLiteStore:
         run = next((n for n, (idx, _) in enumerate(rows) if idx != n), len(rows))
         return [body for _, body in rows[:run]]
 
-    def save_pages(self, key: str, first: int, bodies: list[str]) -> None:
+    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
         try:
             with self._write():
                 self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",

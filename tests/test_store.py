@@ -235,3 +235,12 @@ def test_a_changed_font_file_re_renders_pages(tmp_path, sample):
         cached.cache_clear()  # as a new process would: font files are read once per process
     after = {p.digest for p in Memory.open(path).pages}
     assert after and not after & before
+
+
+def test_a_missing_turn_row_is_reported_not_skipped(tmp_path, sample):
+    path = tmp_path / "mem.db"
+    _memory(path, sample, n=20).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM turns WHERE id = 7")
+    with pytest.raises(StoreError, match=r"mem\.db.*turn 7 is missing"):
+        Memory.open(path)
