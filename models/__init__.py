@@ -14,6 +14,8 @@ from optictx.kv import KVGeometry
 _LAZY = {
     "RSWACache": ".rswa", "RSWALayer": ".rswa", "rswa_cache": ".rswa", "rswa_mask": ".rswa",
     "WindowedNGramGuard": ".guard", "distinct_n": ".guard",
+    "tiny_unlimited_ocr": ".tiny", "tiny_tokenizer": ".tiny",
+    "Views": ".pages", "views": ".pages", "encode": ".pages",
 }
 
 __all__ = ["KVGeometry", *_LAZY]

@@ -1,0 +1,54 @@
+"""A tiny random-weight Unlimited OCR model and a tokenizer built locally: for tests, examples and
+benchmarks on a machine with no model hub. Same classes as the real checkpoint, so the visual
+token counts, the R-SWA decoder and the cache API are the real ones; the answers are noise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+IMAGE_TOKEN = "<image>"
+SPECIAL_TOKENS = ("<|begin▁of▁sentence|>", "<|end▁of▁sentence|>", "<|pad|>", IMAGE_TOKEN)
+
+
+def tiny_tokenizer() -> Any:
+    """Byte-level, no merges: 256 byte tokens, then the special tokens (the image token last)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    bos, eos, pad, image = SPECIAL_TOKENS
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=bos, eos_token=eos, pad_token=pad,
+                                  additional_special_tokens=[image])
+    tok.image_token = image
+    return tok
+
+
+def tiny_unlimited_ocr(seed: int = 0) -> tuple[Any, Any]:
+    """(model, tokenizer): `UnlimitedOcrForConditionalGeneration` with a 2-layer SAM, a 2-layer
+    CLIP encoder and a 2-layer MoE decoder (R-SWA window 16), ~0.35M parameters, in eval mode."""
+    import torch
+    from transformers import UnlimitedOcrConfig, UnlimitedOcrForConditionalGeneration
+
+    tok = tiny_tokenizer()
+    config = UnlimitedOcrConfig(
+        vision_config={
+            "sam_config": {"hidden_size": 32, "output_channels": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+                           "window_size": 4, "global_attn_indexes": (1,), "mlp_dim": 64,
+                           "downsample_channels": (16, 32)},
+            "encoder_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 2},
+        },
+        text_config={"vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                     "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                     "first_k_dense_replace": 1, "sliding_window": 16,
+                     "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
+                     "pad_token_id": tok.pad_token_id},
+        image_token_id=tok.convert_tokens_to_ids(IMAGE_TOKEN),
+    )
+    torch.manual_seed(seed)
+    return UnlimitedOcrForConditionalGeneration._from_config(config).eval(), tok
