@@ -16,6 +16,7 @@ _LAZY = {
     "WindowedNGramGuard": ".guard", "distinct_n": ".guard",
     "tiny_unlimited_ocr": ".tiny", "tiny_tokenizer": ".tiny",
     "Views": ".pages", "views": ".pages", "encode": ".pages",
+    "OpticalModel": ".optical", "OpticalInputs": ".optical", "VisualCache": ".optical", "build_inputs": ".optical",
 }
 
 __all__ = ["KVGeometry", *_LAZY]

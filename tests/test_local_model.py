@@ -58,3 +58,79 @@ def test_text_pages_have_no_views(ctx):
     seg = ctx.pages[0]
     with pytest.raises(ValueError, match="TEXT page has no image"):
         views(seg, Tier.TEXT)
+
+
+@pytest.fixture(scope="module")
+def optical(tiny):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny
+    return OpticalModel(model, tok, window=16)
+
+
+def _session_memory(tok, sample, n):
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok)
+    for m in sample[:n]:
+        mem.add(m)
+    return mem
+
+
+def test_build_inputs_puts_one_placeholder_run_per_page_of_its_charged_length(tiny, ctx):
+    from optictx.models import build_inputs
+
+    model, tok = tiny
+    inputs = build_inputs(ctx, tok, "What was the total?")
+    ids = inputs.input_ids[0]
+    imaged = [s for s in ctx.pages if s.tier.is_image]
+    assert [s.page.digest for s in inputs.pages] == [s.page.digest for s in imaged]
+    assert [end - start for start, end in inputs.spans] == [s.tokens for s in imaged]
+    assert all((ids[a:b] == inputs.image_token_id).all() for a, b in inputs.spans)
+    assert int((ids == inputs.image_token_id).sum()) == sum(s.tokens for s in imaged)  # nothing else is one
+    assert tok.decode(ids[inputs.spans[-1][1]:]).endswith("USER: What was the total?\nASSISTANT:")
+
+
+def test_memory_to_answer_on_the_tiny_model_with_a_constant_kv_cache(optical, sample):
+    mem = _session_memory(optical.tokenizer, sample, 60)
+    ctx = mem.context()
+    pieces = list(optical.stream(ctx, "What was the total?", max_new_tokens=40))
+    assert optical.answer(ctx, "What was the total?", max_new_tokens=40) == "".join(pieces)
+    prompt = len(optical.inputs(ctx, "What was the total?"))
+    cache = optical.last_cache
+    assert cache.get_seq_length() == prompt + 40  # absolute positions keep counting
+    assert set(cache.stored_positions()) == {prompt + optical.window - 1}  # but holds prefix + window
+
+
+def test_each_page_is_encoded_at_most_once_per_tier_over_a_session(sample):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny_unlimited_ocr()
+    optical = OpticalModel(model, tok, window=16)
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok)
+    seen = set()
+    for m in sample[:90]:
+        mem.add(m)
+        if m["role"] == "user":  # the agent asks the model once per user turn
+            ctx = mem.context()
+            optical.embed(optical.inputs(ctx, "next step?"))
+            seen |= {(s.page.digest, s.tier) for s in ctx.pages if s.tier.is_image}
+    assert len(seen) >= 10 and len({t for _, t in seen}) >= 3  # pages did pass through tiers
+    assert set(optical.visual.encodes) == seen
+    assert max(optical.visual.encodes.values()) == 1
+
+
+def test_from_pretrained_loads_a_local_safetensors_folder_and_refuses_incomplete_ones(tmp_path, tiny, ctx):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder"):
+        OpticalModel.from_pretrained(tmp_path / "nowhere")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"missing \*\.safetensors"):
+        OpticalModel.from_pretrained(tmp_path / "half")
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    assert not list((tmp_path / "ckpt").glob("*.bin"))  # safetensors only
+    loaded = OpticalModel.from_pretrained(tmp_path / "ckpt", window=16)
+    original = OpticalModel(model, tok, window=16)
+    assert loaded.answer(ctx, "total?", max_new_tokens=8) == original.answer(ctx, "total?", max_new_tokens=8)

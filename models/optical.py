@@ -1,0 +1,196 @@
+"""A memory's context as the fixed prefix of a local Unlimited OCR model.
+
+    model = OpticalModel.from_pretrained("/models/unlimited-ocr")   # a local folder; nothing is downloaded
+    print(model.answer(mem.context(vision="unlimited-ocr"), "What did the tool return for #12?"))
+
+`build_inputs` lays the context out as one prompt: each text segment as a line "ROLE: text", each
+page as one run of image placeholders exactly as long as the positions the cost model charged
+(`PageSegment.tokens`), the question last. `OpticalModel` encodes the pages (each (page, tier) at
+most once while it stays in the visual-token cache), writes their features over the placeholders,
+prefills, and decodes with the R-SWA cache, so the KV cache holds the prompt plus `window` tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from optictx.context import Context, PageSegment, TextSegment
+from optictx.tiers import Tier
+
+from .guard import WindowedNGramGuard
+from .pages import Views, encode, views
+from .rswa import DEFAULT_WINDOW, rswa_cache
+
+_ROLE = {"system": "SYSTEM", "pinned": "USER", "caption": "SYSTEM", "factsheet": "SYSTEM"}
+
+
+@dataclass
+class OpticalInputs:
+    """A context as model input: token ids with one placeholder run per imaged page."""
+
+    input_ids: torch.Tensor  # (1, length)
+    pages: list[PageSegment]  # the imaged pages, in prompt order
+    spans: list[tuple[int, int]]  # each page's placeholder run: [start, end) in input_ids
+    image_token_id: int
+    keys: list[str] = field(default_factory=list)  # one per prompt piece, for prefix reuse
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[1]
+
+
+def _role(seg: TextSegment) -> str:
+    if seg.kind in _ROLE:
+        return _ROLE[seg.kind]
+    return (seg.turn.role if seg.turn is not None else "user").upper()
+
+
+def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id: int | None = None) -> OpticalInputs:
+    """`ctx` as one prompt for `tokenizer` (a tokenizer, or a processor holding one).
+
+    TEXT-tier pages go in as their drawn text. Each piece is tokenized on its own, so a piece
+    that did not change tokenizes the same in the next turn's prompt (the prefix-reuse contract).
+    """
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    image_id = image_token_id if image_token_id is not None else tok.convert_tokens_to_ids(
+        getattr(tok, "image_token", "<image>"))
+    if image_id is None or image_id == tok.unk_token_id:
+        raise ValueError("the tokenizer has no image token: pass image_token_id= or register '<image>'")
+
+    ids: list[int] = [tok.bos_token_id] if tok.bos_token_id is not None else []
+    keys, pages, spans = ["bos"], [], []
+
+    def text(piece: str) -> None:
+        ids.extend(tok(piece, add_special_tokens=False).input_ids)
+        keys.append("t:" + hashlib.sha256(piece.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+
+    for seg in ctx.segments:
+        if isinstance(seg, PageSegment):
+            if seg.tier is Tier.TEXT:
+                text(f"PAGE: {seg.text}\n")
+                continue
+            spans.append((len(ids), len(ids) + seg.tokens))
+            ids.extend([image_id] * seg.tokens)
+            pages.append(seg)
+            keys.append(f"p:{seg.page.digest}:{seg.tier.value}")
+            text("\n")
+        else:
+            text(f"{_role(seg)}: {seg.text}\n")
+    text(f"USER: {question}\nASSISTANT:")
+    return OpticalInputs(torch.tensor([ids], dtype=torch.long), pages, spans, image_id, keys)
+
+
+class VisualCache:
+    """Visual tokens per (page digest, tier), least recently used out first, bounded in bytes."""
+
+    def __init__(self, max_bytes: int = 512 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.encodes: dict[tuple[str, Tier], int] = {}  # how often each (page, tier) was encoded
+        self._d: OrderedDict[tuple[str, Tier], torch.Tensor] = OrderedDict()
+
+    def features(self, model: Any, pages: list[PageSegment]) -> list[torch.Tensor]:
+        keys = [(p.page.digest, p.tier) for p in pages]
+        todo = {k: p for k, p in zip(keys, pages) if k not in self._d}
+        if todo:
+            batch: list[Views] = [views(p) for p in todo.values()]
+            for k, f in zip(todo, encode(model, batch)):
+                self.encodes[k] = self.encodes.get(k, 0) + 1
+                self._put(k, f)
+        found = []
+        for k in keys:
+            self._d.move_to_end(k)
+            found.append(self._d[k])
+        return found
+
+    def _put(self, key: tuple[str, Tier], value: torch.Tensor) -> None:
+        size = value.numel() * value.element_size()
+        self._d[key] = value
+        self.bytes += size
+        while self.bytes > self.max_bytes and len(self._d) > 1:
+            _, old = self._d.popitem(last=False)
+            self.bytes -= old.numel() * old.element_size()
+
+
+class OpticalModel:
+    """An Unlimited OCR checkpoint answering questions about optictx contexts."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW,
+                 visual_cache_bytes: int = 512 * 2**20) -> None:
+        self.model = model.eval()
+        self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        self.window = window
+        self.visual = VisualCache(visual_cache_bytes)
+        self.last_cache: Any = None  # the R-SWA cache of the latest answer, for inspection
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> OpticalModel:
+        """Load a checkpoint folder (config.json, *.safetensors, tokenizer files). Never downloads,
+        never runs code from the folder, never unpickles."""
+        folder = Path(path)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: no such checkpoint folder (optictx downloads no weights; "
+                                    "see examples/local_model.py for how to get them)")
+        missing = [n for n in ("config.json",) if not (folder / n).is_file()]
+        if not any(folder.glob("*.safetensors")):
+            missing.append("*.safetensors")
+        if missing:
+            raise FileNotFoundError(f"{folder}: incomplete checkpoint, missing {', '.join(missing)}")
+        from transformers import AutoTokenizer, UnlimitedOcrForConditionalGeneration
+
+        model = UnlimitedOcrForConditionalGeneration.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+        return cls(model, tok, **kwargs)
+
+    def inputs(self, ctx: Context, question: str) -> OpticalInputs:
+        return build_inputs(ctx, self.tokenizer, question, image_token_id=self.model.config.image_token_id)
+
+    @torch.no_grad()
+    def embed(self, inputs: OpticalInputs) -> torch.Tensor:
+        """Token embeddings with every page's visual tokens written over its placeholders."""
+        device = next(self.model.parameters()).device
+        ids = inputs.input_ids.to(device)
+        embeds = self.model.get_input_embeddings()(ids)
+        for (start, end), f in zip(inputs.spans, self.visual.features(self.model, inputs.pages)):
+            if f.shape[0] != end - start:  # the cost model and the encoder disagree: a bug, not noise
+                raise RuntimeError(f"page has {f.shape[0]} visual tokens but {end - start} placeholders")
+            embeds[0, start:end] = f.to(embeds.dtype)
+        return embeds
+
+    @torch.no_grad()
+    def stream(self, ctx: Context, question: str, *, max_new_tokens: int = 256,
+               guard: WindowedNGramGuard | None = None) -> Iterator[str]:
+        """The answer, piece by piece (greedy decoding under the R-SWA cache)."""
+        inputs = self.inputs(ctx, question)
+        cache = rswa_cache(self.model.config, window=self.window)
+        out = self.model(inputs_embeds=self.embed(inputs), cache=cache, use_cache=True, logits_to_keep=1)
+        seq = inputs.input_ids.to(out.logits.device)
+        eos = self.tokenizer.eos_token_id
+        done: list[int] = []
+        shown = ""
+        for _ in range(max_new_tokens):
+            scores = out.logits[:, -1, :].float()
+            if guard is not None:
+                scores = guard(seq, scores)
+            nxt = scores.argmax(-1, keepdim=True)
+            if eos is not None and int(nxt) == eos:
+                break
+            seq = torch.cat([seq, nxt], dim=1)
+            done.append(int(nxt))
+            text = self.tokenizer.decode(done, skip_special_tokens=True)
+            if len(text) > len(shown) and not text.endswith("\ufffd"):  # whole characters only
+                yield text[len(shown):]
+                shown = text
+            out = self.model(input_ids=nxt, cache=cache, use_cache=True)
+        self.last_cache = cache
+
+    def answer(self, ctx: Context, question: str, *, max_new_tokens: int = 256,
+               guard: WindowedNGramGuard | None = None) -> str:
+        return "".join(self.stream(ctx, question, max_new_tokens=max_new_tokens, guard=guard))
