@@ -40,6 +40,17 @@ class OpticalInputs:
     spans: list[tuple[int, int]]  # each page's placeholder run: [start, end) in input_ids
     image_token_id: int
     keys: list[str] = field(default_factory=list)  # one per prompt piece, for prefix reuse
+    ends: list[int] = field(default_factory=list)  # where each piece ends in input_ids
+
+    def common_prefix(self, other: OpticalInputs | None) -> int:
+        """Tokens at the start that `other` has identically (same pieces, so same KV)."""
+        n = 0
+        if other is not None:
+            for key, end, k2 in zip(self.keys, self.ends, other.keys):
+                if key != k2:
+                    break
+                n = end
+        return n
 
     def __len__(self) -> int:
         return self.input_ids.shape[1]
@@ -64,11 +75,12 @@ def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id:
         raise ValueError("the tokenizer has no image token: pass image_token_id= or register '<image>'")
 
     ids: list[int] = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    keys, pages, spans = ["bos"], [], []
+    keys, ends, pages, spans = ["bos"], [len(ids)], [], []
 
     def text(piece: str) -> None:
         ids.extend(tok(piece, add_special_tokens=False).input_ids)
         keys.append("t:" + hashlib.sha256(piece.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+        ends.append(len(ids))
 
     for seg in ctx.segments:
         if isinstance(seg, PageSegment):
@@ -79,11 +91,12 @@ def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id:
             ids.extend([image_id] * seg.tokens)
             pages.append(seg)
             keys.append(f"p:{seg.page.digest}:{seg.tier.value}")
+            ends.append(len(ids))
             text("\n")
         else:
             text(f"{_role(seg)}: {seg.text}\n")
     text(f"USER: {question}\nASSISTANT:")
-    return OpticalInputs(torch.tensor([ids], dtype=torch.long), pages, spans, image_id, keys)
+    return OpticalInputs(torch.tensor([ids], dtype=torch.long), pages, spans, image_id, keys, ends)
 
 
 class VisualCache:
@@ -122,12 +135,15 @@ class OpticalModel:
     """An Unlimited OCR checkpoint answering questions about optictx contexts."""
 
     def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW,
-                 visual_cache_bytes: int = 512 * 2**20) -> None:
+                 visual_cache_bytes: int = 512 * 2**20, reuse_prefix: bool = True) -> None:
         self.model = model.eval()
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.window = window
         self.visual = VisualCache(visual_cache_bytes)
+        self.reuse_prefix = reuse_prefix
+        self.prefills: list[tuple[int, int]] = []  # (prompt tokens, tokens actually prefilled) per call
         self.last_cache: Any = None  # the R-SWA cache of the latest answer, for inspection
+        self._last: tuple[OpticalInputs, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs: Any) -> OpticalModel:
@@ -169,8 +185,7 @@ class OpticalModel:
                guard: WindowedNGramGuard | None = None) -> Iterator[str]:
         """The answer, piece by piece (greedy decoding under the R-SWA cache)."""
         inputs = self.inputs(ctx, question)
-        cache = rswa_cache(self.model.config, window=self.window)
-        out = self.model(inputs_embeds=self.embed(inputs), cache=cache, use_cache=True, logits_to_keep=1)
+        out, cache = self._prefill(inputs)
         seq = inputs.input_ids.to(out.logits.device)
         eos = self.tokenizer.eos_token_id
         done: list[int] = []
@@ -190,6 +205,24 @@ class OpticalModel:
                 shown = text
             out = self.model(input_ids=nxt, cache=cache, use_cache=True)
         self.last_cache = cache
+
+    def _prefill(self, inputs: OpticalInputs) -> tuple[Any, Any]:
+        """Prefill the prompt into a new R-SWA cache, reusing the KV of the start it shares with the
+        previous call's prompt (at least one token is always computed: its logits start decoding)."""
+        length = len(inputs)
+        reuse = 0
+        if self.reuse_prefix and self._last is not None:
+            reuse = min(inputs.common_prefix(self._last[0]), length - 1)
+        cache = rswa_cache(self.model.config, window=self.window, prefill_length=length)
+        if reuse:
+            for layer, (k, v) in zip(cache.layers, self._last[1]):  # type: ignore[index]
+                layer.update(k[..., :reuse, :], v[..., :reuse, :])
+        embeds = self.embed(inputs)[:, reuse:]
+        out = self.model(inputs_embeds=embeds, cache=cache, use_cache=True, logits_to_keep=1)
+        # The prompt's rows never change during decoding (only the window does): keep references.
+        self._last = (inputs, [(layer.prefill_keys, layer.prefill_values) for layer in cache.layers])
+        self.prefills.append((length, length - reuse))
+        return out, cache
 
     def answer(self, ctx: Context, question: str, *, max_new_tokens: int = 256,
                guard: WindowedNGramGuard | None = None) -> str:

@@ -94,18 +94,27 @@ class AgeLadder:
 
     steps: tuple[tuple[int, Tier], ...] = ((1, Tier.LARGE), (2, Tier.BASE), (4, Tier.SMALL))
     rest: Tier = Tier.TINY
+    # Tiers move only every `hold` pages: until a block of `hold` new pages is complete, the new
+    # ones take the newest step's tier and older pages keep theirs. Every tier change re-encodes a
+    # page and breaks a local model's KV prefix at that page, so holding trades a few sharper
+    # (costlier) pages for a prefix that stays put (benchmarks/local_model.py).
+    hold: int = 1
 
     def __post_init__(self) -> None:
         ranks = [t.rank for _, t in self.steps] + [self.rest.rank]
         if any(b > a for a, b in itertools.pairwise(ranks)):
             raise ValueError("AgeLadder steps must not get sharper with age (newest step first)")
+        if self.hold < 1:
+            raise ValueError(f"AgeLadder hold must be >= 1, got {self.hold}")
 
     def tiers(self, n: int) -> list[Tier]:
+        settled = n - n % self.hold  # pages aged as if the newest, incomplete block were not there
         newest_first: list[Tier] = []
         for count, tier in self.steps:
             newest_first.extend([tier] * count)
-        newest_first = newest_first[:n] + [self.rest] * max(0, n - len(newest_first))
-        return newest_first[::-1]
+        newest_first = newest_first[:settled] + [self.rest] * max(0, settled - len(newest_first))
+        fresh = self.steps[0][1] if self.steps else self.rest
+        return newest_first[::-1] + [fresh] * (n - settled)
 
 
 @dataclass(frozen=True)

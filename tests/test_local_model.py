@@ -134,3 +134,28 @@ def test_from_pretrained_loads_a_local_safetensors_folder_and_refuses_incomplete
     loaded = OpticalModel.from_pretrained(tmp_path / "ckpt", window=16)
     original = OpticalModel(model, tok, window=16)
     assert loaded.answer(ctx, "total?", max_new_tokens=8) == original.answer(ctx, "total?", max_new_tokens=8)
+
+
+def test_prefix_kv_reuse_prefills_only_the_new_part_and_answers_the_same(sample):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny_unlimited_ocr()
+    reuse, fresh = OpticalModel(model, tok, window=16), OpticalModel(model, tok, window=16, reuse_prefix=False)
+    mem = _session_memory(tok, sample, 40)
+    for m in sample[40:52]:
+        mem.add(m)
+        ctx = mem.context()
+        assert reuse.answer(ctx, "next?", max_new_tokens=6) == fresh.answer(ctx, "next?", max_new_tokens=6)
+    assert all(done == total for total, done in fresh.prefills)
+    assert sum(done for _, done in reuse.prefills[1:]) < 0.5 * sum(total for total, _ in reuse.prefills[1:])
+
+
+def test_the_local_model_example_runs_on_the_tiny_model():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "local_model.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "KV held:" in run.stdout and "'vision': 'unlimited-ocr'" in run.stdout

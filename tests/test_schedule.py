@@ -211,3 +211,14 @@ def test_gated_page_is_sent_at_its_floor_not_blurred_further():
     assert [gated.actual(tiers[0]), plain.actual(tiers[1])] == [Tier.GONE, Tier.TINY]
     sparse = page_costs([200], model, [Tier.BASE])[0]  # BASE (273) costs more than its 200 text tokens
     assert sparse.actual(Tier.TINY) is Tier.TEXT
+
+
+def test_a_held_ladder_moves_older_tiers_only_once_per_block():
+    held = AgeLadder(hold=4)
+    assert AgeLadder().tiers(9) == AgeLadder(hold=1).tiers(9)
+    for n in range(8, 12):  # inside one block: the first 8 pages keep their tiers, new ones are LARGE
+        assert held.tiers(n)[:8] == AgeLadder().tiers(8)
+        assert held.tiers(n)[8:] == [Tier.LARGE] * (n - 8)
+    assert held.tiers(12) == AgeLadder().tiers(12)  # the block is complete: aged as usual
+    with pytest.raises(ValueError, match="hold"):
+        AgeLadder(hold=0)

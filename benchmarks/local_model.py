@@ -1,0 +1,129 @@
+"""The local optical model on the tiny random Unlimited OCR (CPU): encode time per tier, prefill
+and decode tokens/s, and what the two caches save over a long simulated agent session.
+
+    python benchmarks/local_model.py [--turns 200] [--out out/local_model.json]
+
+Session: the shipped sample conversation's turns are added one by one to a Memory (budget 3,000
+positions, the model's own tokenizer). Before every assistant turn the agent calls the model, as
+an agent loop does (the assistant turns stand for what it would have generated; 4 new tokens
+each). Every call runs twice on the same context, with prefix reuse and without, and the whole
+session runs with AgeLadder(hold=1), the default, and hold=4. The tiny model's timings say
+nothing about a real checkpoint's; the token counts are what carry over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from optictx import AgeLadder, Budget, Memory, Tier
+from optictx.models import OpticalModel, encode, tiny_unlimited_ocr, views
+from optictx.sample import sample_conversation
+
+
+def encode_times(model, seg, repeat: int = 3) -> dict[str, float]:
+    out = {}
+    for tier in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE, Tier.GUNDAM):
+        v = views(seg, tier)
+        best = min(_timed(lambda v=v: encode(model, [v])) for _ in range(repeat))
+        out[tier.value] = round(best * 1000, 1)
+    return out
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def session(turns: int, hold: int) -> dict:
+    model, tok = tiny_unlimited_ocr()
+    reuse = OpticalModel(model, tok, window=16)
+    fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok,
+                 ladder=AgeLadder(hold=hold))
+    msgs = sample_conversation(tasks=12)[:turns]
+    rows = []
+    for m in msgs:
+        if m["role"] != "assistant":
+            mem.add(m)
+            continue
+        ctx = mem.context()
+        for om in (reuse, fresh):
+            om.answer(ctx, "What next?", max_new_tokens=4)
+        imaged = [s.tokens for s in ctx.pages if s.tier.is_image]
+        total, done = reuse.prefills[-1]
+        turn = mem.add(m)
+        rows.append({"turn": turn.id - 1, "prompt": total, "prefilled_reuse": done,
+                     "prefilled_fresh": fresh.prefills[-1][1], "page_tokens": statistics.mean(imaged) if imaged else 0})
+    new_text = [mem.tokenizer.count(t.text) for t in mem.transcript()]
+    # "New tokens" of a call: every turn added since the previous call (the agent's turns between questions).
+    calls = [r["turn"] for r in rows]
+    new_per_call = [sum(new_text[a + 1 : b + 1]) for a, b in zip([-1, *calls], calls)]
+    later = rows[1:]  # the first call has nothing to reuse
+    mean = lambda k: statistics.mean(r[k] for r in later)  # noqa: E731
+    mean_new = statistics.mean(new_per_call[1:])
+    return {
+        "hold": hold, "turns": len(msgs), "calls": len(rows),
+        "prompt_mean": round(mean("prompt")), "prefilled_fresh_mean": round(mean("prefilled_fresh")),
+        "prefilled_reuse_mean": round(mean("prefilled_reuse")), "new_tokens_mean": round(mean_new),
+        "page_tokens_mean": round(mean("page_tokens")),
+        "target_new_plus_page": round(mean_new + mean("page_tokens")),
+        "prefix_hit_rate": round(sum(r["prefilled_reuse"] < r["prompt"] for r in later) / len(later), 3),
+        "reused_share": round(1 - mean("prefilled_reuse") / mean("prompt"), 3),
+        "encodes": {"pages_x_tiers": len(reuse.visual.encodes), "max_per_page_tier": max(reuse.visual.encodes.values()),
+                    "total": sum(reuse.visual.encodes.values())},
+        "tiers_seen": sorted({t.value for _, t in reuse.visual.encodes}),
+        "rows": rows,
+    }
+
+
+def decode_speed(model, tok) -> dict[str, float]:
+    om = OpticalModel(model, tok, window=16, reuse_prefix=False)
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok)
+    for m in sample_conversation()[:60]:
+        mem.add(m)
+    ctx = mem.context()
+    om.answer(ctx, "warm", max_new_tokens=2)
+    inputs = om.inputs(ctx, "q")
+    t_prefill = min(_timed(lambda: om._prefill(inputs)) for _ in range(3))
+    n = 64
+    t_all = _timed(lambda: om.answer(ctx, "q", max_new_tokens=n))
+    return {"prompt": len(inputs), "prefill_tok_s": round(len(inputs) / t_prefill),
+            "decode_tok_s": round(n / max(1e-9, t_all - t_prefill))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--out", default="out/local_model.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model, tok = tiny_unlimited_ocr()
+    mem = Memory(vision="unlimited-ocr", keep_recent=0)
+    for m in sample_conversation()[:20]:
+        mem.add(m)
+    result = {"encode_ms": encode_times(model, mem.context().pages[0]), **decode_speed(model, tok),
+              "sessions": [session(args.turns, hold) for hold in (1, 4)]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"encode ms per page (tiny model, 1 thread): {result['encode_ms']}")
+    print(f"prefill {result['prefill_tok_s']} tok/s, decode {result['decode_tok_s']} tok/s "
+          f"(prompt {result['prompt']} positions)")
+    for s in result["sessions"]:
+        print(f"session, AgeLadder(hold={s['hold']}): {s['turns']} turns, {s['calls']} calls, "
+              f"prompt {s['prompt_mean']} tokens on average")
+        print(f"  prefilled per call: {s['prefilled_fresh_mean']} without reuse, {s['prefilled_reuse_mean']} with "
+              f"(target <= new {s['new_tokens_mean']} + one page {s['page_tokens_mean']} = "
+              f"{s['target_new_plus_page']}); prefix hit rate {s['prefix_hit_rate']}, "
+              f"{s['reused_share']:.0%} of prompt tokens reused")
+        print(f"  encodes: {s['encodes']}, tiers {s['tiers_seen']}")
+
+
+if __name__ == "__main__":
+    main()
