@@ -17,6 +17,7 @@ _LAZY = {
     "tiny_unlimited_ocr": ".tiny", "tiny_tokenizer": ".tiny",
     "Views": ".pages", "views": ".pages", "encode": ".pages",
     "OpticalModel": ".optical", "OpticalInputs": ".optical", "VisualCache": ".optical", "build_inputs": ".optical",
+    "UnlimitedOcrReader": ".optical",
 }
 
 __all__ = ["KVGeometry", *_LAZY]

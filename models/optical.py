@@ -20,14 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from optictx.context import Context, PageSegment, TextSegment
+from optictx.readers import OCR_PROMPTS, CachedReader
 from optictx.tiers import Tier
 
 from .guard import WindowedNGramGuard
-from .pages import Views, encode, views
+from .pages import Views, encode, to_tensor, views
 from .rswa import DEFAULT_WINDOW, rswa_cache
 
+_TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}
 _ROLE = {"system": "SYSTEM", "pinned": "USER", "caption": "SYSTEM", "factsheet": "SYSTEM"}
 
 
@@ -186,7 +189,11 @@ class OpticalModel:
         """The answer, piece by piece (greedy decoding under the R-SWA cache)."""
         inputs = self.inputs(ctx, question)
         out, cache = self._prefill(inputs)
-        seq = inputs.input_ids.to(out.logits.device)
+        yield from self._decode(out, cache, inputs.input_ids, max_new_tokens, guard)
+
+    def _decode(self, out: Any, cache: Any, prompt_ids: torch.Tensor, max_new_tokens: int,
+                guard: WindowedNGramGuard | None) -> Iterator[str]:
+        seq = prompt_ids.to(out.logits.device)
         eos = self.tokenizer.eos_token_id
         done: list[int] = []
         shown = ""
@@ -224,6 +231,42 @@ class OpticalModel:
         self.prefills.append((length, length - reuse))
         return out, cache
 
+    @torch.no_grad()
+    def read_image(self, image: Image.Image, prompt: str = OCR_PROMPTS["deepseek"], *,
+                   max_new_tokens: int = 2048) -> str:
+        """The text the model reads on one page image (a tier image: 512, 640, 1024 or 1280 px)."""
+        tier = _TIER_OF_SIDE.get(image.size) if image.width == image.height else None
+        if tier is None:
+            raise ValueError(f"a {image.width}x{image.height} image is no page tier; use PageSegment.image")
+        (features,) = encode(self.model, [Views(to_tensor(image), None, (0, 0))])
+        tok = self.tokenizer
+        ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + [self.model.config.image_token_id] * len(
+            features) + tok("\n" + prompt, add_special_tokens=False).input_ids
+        seq = torch.tensor([ids], dtype=torch.long)
+        embeds = self.model.get_input_embeddings()(seq.to(features.device))
+        start = 1 if tok.bos_token_id is not None else 0
+        embeds[0, start : start + len(features)] = features.to(embeds.dtype)
+        cache = rswa_cache(self.model.config, window=self.window)
+        out = self.model(inputs_embeds=embeds, cache=cache, use_cache=True, logits_to_keep=1)
+        guard = WindowedNGramGuard(35, self.window, prompt_length=len(ids))  # OCR loops without one
+        return "".join(self._decode(out, cache, seq, max_new_tokens, guard))
+
     def answer(self, ctx: Context, question: str, *, max_new_tokens: int = 256,
                guard: WindowedNGramGuard | None = None) -> str:
         return "".join(self.stream(ctx, question, max_new_tokens=max_new_tokens, guard=guard))
+
+
+class UnlimitedOcrReader(CachedReader):
+    """The readers protocol on a local model, for `optictx fidelity` / `niah` style measurements:
+    one greedy OCR pass per page image (the boxes are not needed: the model reads the page)."""
+
+    def __init__(self, model: OpticalModel, *, prompt: str = OCR_PROMPTS["deepseek"],
+                 max_new_tokens: int = 2048, cache_size: int = 4096) -> None:
+        super().__init__(workers=1, cache_size=cache_size)  # one model, one forward at a time
+        self.model, self.prompt, self.max_new_tokens = model, prompt, max_new_tokens
+
+    def _settings(self) -> str:
+        return f"{id(self.model)}/{self.prompt}/{self.max_new_tokens}"
+
+    def _recognize(self, image: Image.Image, boxes: Any) -> str:
+        return self.model.read_image(image, self.prompt, max_new_tokens=self.max_new_tokens)

@@ -159,3 +159,16 @@ def test_the_local_model_example_runs_on_the_tiny_model():
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "KV held:" in run.stdout and "'vision': 'unlimited-ocr'" in run.stdout
+
+
+def test_unlimited_ocr_reader_follows_the_readers_protocol(optical, ctx):
+    from optictx.models import UnlimitedOcrReader
+
+    reader = UnlimitedOcrReader(optical, max_new_tokens=12)
+    seg = ctx.pages[0]
+    images = [seg.image_at(Tier.TINY), seg.image_at(Tier.SMALL)]
+    texts = reader.read_batch(images, [seg.boxes, None])
+    assert all(isinstance(t, str) for t in texts)
+    assert reader.read(images[0]) == texts[0]  # cached by pixels: the same text, no second decode
+    with pytest.raises(ValueError, match="no page tier"):
+        reader.read(seg.image_at(Tier.TINY).crop((0, 0, 100, 50)))
