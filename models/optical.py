@@ -31,7 +31,6 @@ from .pages import Views, encode, to_tensor, views
 from .rswa import DEFAULT_WINDOW, rswa_cache
 
 _TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}
-_ROLE = {"system": "SYSTEM", "pinned": "USER", "caption": "SYSTEM", "factsheet": "SYSTEM"}
 
 
 @dataclass
@@ -60,9 +59,8 @@ class OpticalInputs:
 
 
 def _role(seg: TextSegment) -> str:
-    if seg.kind in _ROLE:
-        return _ROLE[seg.kind]
-    return (seg.turn.role if seg.turn is not None else "user").upper()
+    """A turn's own role; the caption and the factsheet, which no one said, are SYSTEM."""
+    return seg.turn.role.upper() if seg.turn is not None else "SYSTEM"
 
 
 def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id: int | None = None) -> OpticalInputs:
@@ -135,7 +133,8 @@ class VisualCache:
 
 
 class OpticalModel:
-    """An Unlimited OCR checkpoint answering questions about optictx contexts."""
+    """An Unlimited OCR checkpoint answering questions about optictx contexts. One caller at a
+    time: the prefix it reuses is the previous call's."""
 
     def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW,
                  visual_cache_bytes: int = 512 * 2**20, reuse_prefix: bool = True) -> None:
@@ -189,6 +188,7 @@ class OpticalModel:
         """The answer, piece by piece (greedy decoding under the R-SWA cache)."""
         inputs = self.inputs(ctx, question)
         out, cache = self._prefill(inputs)
+        self.last_cache = cache
         yield from self._decode(out, cache, inputs.input_ids, max_new_tokens, guard)
 
     def _decode(self, out: Any, cache: Any, prompt_ids: torch.Tensor, max_new_tokens: int,
@@ -211,7 +211,6 @@ class OpticalModel:
                 yield text[len(shown):]
                 shown = text
             out = self.model(input_ids=nxt, cache=cache, use_cache=True)
-        self.last_cache = cache
 
     def _prefill(self, inputs: OpticalInputs) -> tuple[Any, Any]:
         """Prefill the prompt into a new R-SWA cache, reusing the KV of the start it shares with the
