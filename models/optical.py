@@ -111,17 +111,17 @@ class VisualCache:
 
     def features(self, model: Any, pages: list[PageSegment]) -> list[torch.Tensor]:
         keys = [(p.page.digest, p.tier) for p in pages]
-        todo = {k: p for k, p in zip(keys, pages) if k not in self._d}
+        found = {k: self._d[k] for k in keys if k in self._d}
+        for k in found:
+            self._d.move_to_end(k)
+        todo = {k: p for k, p in zip(keys, pages) if k not in found}
         if todo:
             batch: list[Views] = [views(p) for p in todo.values()]
             for k, f in zip(todo, encode(model, batch)):
                 self.encodes[k] = self.encodes.get(k, 0) + 1
-                self._put(k, f)
-        found = []
-        for k in keys:
-            self._d.move_to_end(k)
-            found.append(self._d[k])
-        return found
+                found[k] = f
+                self._put(k, f)  # may evict older entries, never one this call returns
+        return [found[k] for k in keys]
 
     def _put(self, key: tuple[str, Tier], value: torch.Tensor) -> None:
         size = value.numel() * value.element_size()

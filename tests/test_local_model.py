@@ -172,3 +172,17 @@ def test_unlimited_ocr_reader_follows_the_readers_protocol(optical, ctx):
     assert reader.read(images[0]) == texts[0]  # cached by pixels: the same text, no second decode
     with pytest.raises(ValueError, match="no page tier"):
         reader.read(seg.image_at(Tier.TINY).crop((0, 0, 100, 50)))
+
+
+def test_a_visual_cache_smaller_than_one_context_still_serves_it(tiny, ctx):
+    from optictx.models import VisualCache
+
+    model, _ = tiny
+    imaged = [s for s in ctx.pages if s.tier.is_image]
+    small = VisualCache(max_bytes=1)  # holds one entry at most
+    first = small.features(model, imaged)
+    assert [f.shape[0] for f in first] == [s.tokens for s in imaged]
+    assert len(small._d) == 1 and small.bytes > 0
+    again = small.features(model, imaged)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert max(small.encodes.values()) == 2  # evicted pages are encoded again: the bound holds
