@@ -63,6 +63,9 @@ def test_reopen_restores_stored_pages_instead_of_laying_turns_out_again(tmp_path
     assert [p.digest for p in again.pages if p.sealed] == sealed
     plan = [(p.page.digest, p.tier) for p in mem.context().pages]
     assert [(p.page.digest, p.tier) for p in again.context().pages] == plan
+    # Images are not stored: they are drawn again from the restored lines, pixel for pixel.
+    before, after = mem.context().pages, again.context().pages
+    assert all(a.image.tobytes() == b.image.tobytes() for a, b in zip(after, before) if a.tier.is_image)
     # Only the turns after the last sealed page (and the one it ends inside) are laid out.
     last_on_pages = max(tid for d in again.pages if d.sealed for tid in d.turn_ids)
     assert calls and len(calls) <= 4 * (120 - last_on_pages)
