@@ -171,15 +171,19 @@ class OpticalModel:
         return build_inputs(ctx, self.tokenizer, question, image_token_id=self.model.config.image_token_id)
 
     @torch.no_grad()
-    def embed(self, inputs: OpticalInputs) -> torch.Tensor:
-        """Token embeddings with every page's visual tokens written over its placeholders."""
+    def embed(self, inputs: OpticalInputs, start: int = 0) -> torch.Tensor:
+        """Embeddings of the prompt from position `start` on (a piece boundary), each page's
+        visual tokens written over its placeholders. Pages before `start` are not looked up: their
+        KV is reused, so an evicted one is not encoded again for nothing."""
         device = next(self.model.parameters()).device
-        ids = inputs.input_ids.to(device)
-        embeds = self.model.get_input_embeddings()(ids)
-        for (start, end), f in zip(inputs.spans, self.visual.features(self.model, inputs.pages)):
-            if f.shape[0] != end - start:  # the cost model and the encoder disagree: a bug, not noise
-                raise RuntimeError(f"page has {f.shape[0]} visual tokens but {end - start} placeholders")
-            embeds[0, start:end] = f.to(embeds.dtype)
+        embeds = self.model.get_input_embeddings()(inputs.input_ids[:, start:].to(device))
+        wanted = [(span, p) for span, p in zip(inputs.spans, inputs.pages) if span[1] > start]
+        features = self.visual.features(self.model, [p for _, p in wanted])
+        for ((a, b), _), f in zip(wanted, features):
+            if f.shape[0] != b - a:  # the cost model and the encoder disagree: a bug, not noise
+                raise RuntimeError(f"page has {f.shape[0]} visual tokens but {b - a} placeholders")
+            first = max(a, start)
+            embeds[0, first - start : b - start] = f[first - a :].to(embeds.dtype)
         return embeds
 
     @torch.no_grad()
@@ -223,7 +227,7 @@ class OpticalModel:
         if reuse:
             for layer, (k, v) in zip(cache.layers, self._last[1]):  # type: ignore[index]
                 layer.update(k[..., :reuse, :], v[..., :reuse, :])
-        embeds = self.embed(inputs)[:, reuse:]
+        embeds = self.embed(inputs, reuse)
         out = self.model(inputs_embeds=embeds, cache=cache, use_cache=True, logits_to_keep=1)
         # The prompt's rows never change during decoding (only the window does): keep references.
         self._last = (inputs, [(layer.prefill_keys, layer.prefill_values) for layer in cache.layers])

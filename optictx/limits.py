@@ -46,5 +46,5 @@ def turn_chars(turn: Turn) -> int:
         return n + len(turn.content)
     for part in turn.content:
         is_text = part.get("type") == "text"
-        n += len(part["text"]) if is_text else len(json.dumps(part, ensure_ascii=False, default=str))
+        n += len(part["text"]) if is_text else len(json.dumps(part, ensure_ascii=False))
     return n

@@ -281,5 +281,6 @@ class SQLiteStore:
 
 
 def _dump(turn: Turn) -> str:
-    # ensure_ascii: lone surrogates survive as \ud800 escapes instead of failing to encode.
-    return json.dumps(turn.model_dump(mode="python"), ensure_ascii=True, default=str)
+    # ensure_ascii: lone surrogates survive as \ud800 escapes instead of failing to encode. No
+    # default=: turns hold JSON data only (turns.check_json), anything else is a bug to surface.
+    return json.dumps(turn.model_dump(mode="python"), ensure_ascii=True)

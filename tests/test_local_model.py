@@ -186,3 +186,10 @@ def test_a_visual_cache_smaller_than_one_context_still_serves_it(tiny, ctx):
     again = small.features(model, imaged)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert max(small.encodes.values()) == 2  # evicted pages are encoded again: the bound holds
+
+
+def test_embedding_from_a_reused_start_matches_the_full_embedding(optical, ctx):
+    inputs = optical.inputs(ctx, "total?")
+    full = optical.embed(inputs)
+    mid = inputs.spans[1][0] + 5  # inside a page's placeholder run
+    assert torch.equal(optical.embed(inputs, mid), full[:, mid:])
