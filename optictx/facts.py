@@ -43,10 +43,11 @@ class Factsheet:
     push out the pages it lists (`optictx niah`'s default grid: at budgets of 2,000 and 4,000
     tokens an uncapped sheet cost one needle in five).
 
-    Dropped turns come first, newest first, then imaged ones, newest first: a dropped page has lost
-    every string on it, a TINY page still reads 97-100% of 7-digit numbers (BENCHMARKS.md)."""
+    Dropped turns come first (what was said before tool results), then imaged ones: a dropped page
+    has lost every string on it, a TINY page still reads 97-100% of 7-digit numbers
+    (BENCHMARKS.md). Strings the context still shows are not listed again for dropped turns."""
 
-    max_tokens: int = 512
+    max_tokens: int = 1024
     budget_share: float = 0.1
     finder: Callable[[str], list[str]] = find_facts
     header: str = "Exact strings from older turns, verbatim (turn: values; gone = no longer shown above):"
@@ -59,17 +60,30 @@ class Factsheet:
         return tuple(self.finder(text))
 
     def lines(self, facts: Mapping[int, Sequence[str]], count: Callable[[str], int],
-              gone: Collection[int] = ()) -> list[str]:
-        """One line per turn (turn id -> its facts) that has facts: turns in `gone` first, each
-        group newest first; a fact is listed once (first mention in that order).
+              gone: Collection[int] = (), refetchable: Collection[int] = (),
+              shown: Collection[str] = ()) -> list[str]:
+        """One line per turn (turn id -> its facts) that has facts, most needed first: turns in
+        `gone` that are not `refetchable`, then gone `refetchable` ones, then the rest, each group
+        newest first. A fact is listed once (first mention in that order), and a gone turn's fact
+        that the context still shows elsewhere (`shown`) is not listed for it.
+
+        Tool results are the `refetchable` turns: an agent can run a tool again, but nobody can
+        ask again what a user or the agent said (Anthropic's context editing clears old tool
+        results first for the same reason).
 
         Stops once the lines hold more than `max_tokens`: later ones could never be shown, nor
         looked up (`facts` may be a lazy mapping).
         """
-        seen: set[str] = set()
+        gone, refetchable = set(gone), set(refetchable)
+        said = gone - refetchable
+        order = [*sorted(said, reverse=True), *sorted(gone & refetchable, reverse=True),
+                 *sorted(set(facts) - gone, reverse=True)]
+        seen, hide = set(), set(shown)  # `hide` applies to gone turns only
         out, used = [], count(self.header)
-        for turn_id in sorted(facts, key=lambda t: (t in gone, t), reverse=True):
-            new = [f for f in facts[turn_id] if f not in seen]
+        for turn_id in order:
+            if turn_id not in gone:
+                hide = seen
+            new = [f for f in facts[turn_id] if f not in hide and f not in seen]
             seen.update(new)
             if new:
                 out.append(f"#{turn_id}{' gone' if turn_id in gone else ''}: " + " ".join(new))
@@ -79,16 +93,15 @@ class Factsheet:
         return out
 
     def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:
-        """The header and as many `lines` as fit in `room` tokens (and `max_tokens`); "" if none fits.
-        Lines are cut from the end (the least needed, in `lines`' order)."""
+        """The header and the longest run of `lines` from the start that fits in `room` tokens (and
+        `max_tokens`); "" if none fits. Lines are cut from the end (the least needed)."""
         limit = min(room, self.max_tokens)
-        kept = list(lines)
-        while kept:
-            text = "\n".join([self.header, *kept])
-            over = count(text) - limit
-            if over <= 0:
-                return text
-            # Drop from the end, about as many lines as the excess needs.
-            per_line = max(1, count(text) // (len(kept) + 1))
-            del kept[-max(1, over // per_line):]
-        return ""
+
+        def text(n: int) -> str:
+            return "\n".join([self.header, *lines[:n]])
+
+        lo, hi = 0, len(lines)  # a longer run never counts fewer tokens: binary search its length
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if count(text(mid)) <= limit else (lo, mid - 1)
+        return text(lo) if lo else ""

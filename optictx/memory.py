@@ -158,6 +158,7 @@ class Memory:
         # Exact strings of packed turns, found the first time a context images them (most pages of
         # a long memory never are); the turns themselves are read back from the store.
         self._facts: dict[int, tuple[str, ...]] = {}
+        self._tool_turns: set[int] = set()  # ids of tool results: the factsheet ranks them last
         self._count = 0
         self._text_total = 0
         self._last_id = -1
@@ -284,6 +285,8 @@ class Memory:
         self._count += 1
         n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
         self._text_total += n
+        if turn.role == "tool":
+            self._tool_turns.add(turn.id)
         if turn.role == "system" or turn.pinned:
             (self._system if turn.role == "system" else self._pinned).append(turn)
         else:
@@ -345,11 +348,14 @@ class Memory:
         return self._assemble(fixed, plan, sheet, budget, model)
 
     def _with_factsheet(self, plan: _Plan, budget: Budget) -> tuple[_Plan, str]:
-        """The factsheet for this plan, after shrinking pages further if it needs room.
+        """The factsheet for this plan, after demoting or dropping the oldest pages if it needs room.
 
-        The sheet never pushes a page out of the context: a dropped page loses every string on
-        it, and at tight budgets a 512-token sheet would cost seven TINY pages (`optictx niah`
-        at 10% of a 100k-token conversation: 80% of needles kept with such a sheet, 90% without).
+        The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
+        record than the pages (a TINY page costs 73 tokens; the strings users and the agent named
+        on ~4 agent pages fit in as many). Its lines are taken again from the new plan, so the
+        turns it pushed out are listed first. `optictx niah`, 3 samples: at 10% of 32k/64k/100k
+        tokens of agent traffic 93/100/100% of needles kept this way, 80/73/77% when the sheet
+        could only shrink pages (BENCHMARKS.md).
         """
         if self.factsheet is None:
             return plan, ""
@@ -358,8 +364,14 @@ class Memory:
         want = min(cap, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
         short = want - (budget.limit - plan.tokens)
         if short > 0:
-            # The fitter only ever demotes, so it can go on from this plan with less room.
-            plan = plan.with_tiers(self.fitter.fit(list(plan.tiers), plan.costs, plan.page_tokens - short, drop=False))
+            # The fitter only ever demotes, so it can go on from this plan with less room; with
+            # room 0 it drops every page, so it always returns tiers.
+            tiers = self.fitter.fit(list(plan.tiers), plan.costs, max(0, plan.page_tokens - short))
+            assert tiers is not None
+            dropped = plan.sent.count(Tier.GONE)
+            plan = plan.with_tiers(tiers)
+            if plan.sent.count(Tier.GONE) > dropped:
+                lines = self._fact_lines(plan)
         return plan, self.factsheet.build(lines, min(cap, budget.limit - plan.tokens), count)
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> _Plan:
@@ -395,8 +407,12 @@ class Memory:
         assert self.factsheet is not None
         imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image for tid in p.turn_ids}
         gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
-        window = {t.id: t for t in self._window[: plan.cut]}  # recent turns this plan put on pages
-        return self.factsheet.lines(_Facts(self, imaged | gone, window), self.tokenizer.count, gone)
+        facts = _Facts(self, imaged | gone, {t.id: t for t in self._window})  # type: ignore[misc]
+        shown: set[str] = set()
+        if gone:  # strings that imaged and recent turns still show need no line for a dropped turn
+            for tid in [*imaged, *(t.id for t in self._window[plan.cut :])]:
+                shown.update(facts[tid])  # type: ignore[index]
+        return self.factsheet.lines(facts, self.tokenizer.count, gone, self._tool_turns & gone, shown)
 
     def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
                   model: CostModel) -> Context:

@@ -133,14 +133,11 @@ class OldestFirst:
     batch: int = 4
     shrink_first: bool = True
 
-    def fit(self, tiers: list[Tier], costs: Sequence[PageCost], room: int, *, drop: bool = True) -> list[Tier] | None:
-        """Tiers within `room`, or None if even all-GONE is too much. With `drop=False` pages are
-        only shrunk, never dropped, and the result may exceed `room`."""
+    def fit(self, tiers: list[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+        """Tiers within `room`, or None if even all-GONE is too much (room < 0)."""
         total = sum(c.cost(t) for c, t in zip(costs, tiers))
-        if self.shrink_first or not drop:
+        if self.shrink_first:
             total = self._shrink(tiers, costs, room, total)
-        if not drop:
-            return tiers
         first = 0  # every page before `first` is GONE
         while total > room:
             while first < len(tiers) and tiers[first] is Tier.GONE:

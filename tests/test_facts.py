@@ -92,7 +92,25 @@ def test_dropped_turns_are_listed_first_and_marked_gone():
     assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#7: 1000007"]
 
 
-def test_factsheet_never_pushes_a_page_out_and_keeps_strings_of_dropped_ones():
+def test_tool_results_come_after_what_was_said_and_shown_strings_are_not_repeated():
+    sheet, count = Factsheet(), Memory().tokenizer.count
+    facts = {1: ("1000001",), 2: ("1000002", "ledger/tax.py"), 3: ("1000003",), 9: ("1000009",)}
+    lines = sheet.lines(facts, count, gone={1, 2, 3}, refetchable={3}, shown={"ledger/tax.py", "1000009"})
+    # said (newest first), then the dropped tool result, then imaged turns; a gone turn's string
+    # that the context still shows is not repeated, an imaged turn keeps its own
+    assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#3 gone: 1000003", "#9: 1000009"]
+
+
+def test_build_keeps_the_longest_run_of_lines_that_fits():
+    sheet, count = Factsheet(max_tokens=10_000), Memory().tokenizer.count
+    lines = [f"#{i}: {'x' * (i % 7)} {1000000 + i}" for i in range(300, 0, -1)]
+    for room in (40, 97, 333, 1000):
+        text = sheet.build(lines, room, count)
+        n = len(text.splitlines()) - 1
+        assert count(text) <= room < count("\n".join([sheet.header, *lines[: n + 1]]))
+
+
+def test_pages_the_factsheet_pushes_out_are_listed_in_it():
     def context(factsheet):
         mem = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=factsheet)
         numbers = _needles(mem, 150)
@@ -100,11 +118,15 @@ def test_factsheet_never_pushes_a_page_out_and_keeps_strings_of_dropped_ones():
 
     bare, _ = context(None)
     ctx, numbers = context(Factsheet())
-    assert bare.gone and len(ctx.gone) == len(bare.gone)  # the sheet only shrank pages
     assert ctx.factsheet and ctx.tokens <= 1500
+    assert ctx.report()["factsheet_tokens"] <= Factsheet().cap(1500)
     shown = {tid for p in ctx.pages for tid in p.turn_ids}
-    newest_gone = max(tid for p in ctx.gone for tid in p.turn_ids if tid % 2 == 0 and tid not in shown)
-    assert f"#{newest_gone} gone: {numbers[newest_gone // 2]}" in ctx.factsheet
+    pushed = {tid for p in ctx.gone for tid in p.turn_ids} - {tid for p in bare.gone for tid in p.turn_ids} - shown
+    assert pushed  # the sheet took its room from pages
+    listed = [int(line.split()[0][1:]) for line in ctx.factsheet.splitlines()[1:]]
+    said = sorted({tid for p in ctx.gone for tid in p.turn_ids if tid % 2 == 0 and tid not in shown}, reverse=True)
+    assert listed and listed == said[: len(listed)] and set(listed) <= pushed  # newest first: what it pushed out
+    assert all(f"#{tid} gone: {numbers[tid // 2]}" in ctx.factsheet for tid in listed)
 
 
 @pytest.mark.parametrize("unit", ["a-", "1,", "a@", "-a/", "f-_", "漢字", "x", "ab1-"])
