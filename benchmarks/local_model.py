@@ -3,12 +3,15 @@ and decode tokens/s, and what the two caches save over a long simulated agent se
 
     python benchmarks/local_model.py [--turns 200] [--out out/local_model.json]
 
-Session: the shipped sample conversation's turns are added one by one to a Memory (budget 3,000
-positions, the model's own tokenizer). Before every assistant turn the agent calls the model, as
-an agent loop does (the assistant turns stand for what it would have generated; 4 new tokens
-each). Every call runs twice on the same context, with prefix reuse and without, and the whole
-session runs with AgeLadder(hold=1), the default, and hold=4. The tiny model's timings say
-nothing about a real checkpoint's; the token counts are what carry over.
+Session: the shipped sample conversation's turns are added one by one to a Memory counted in the
+model's own tokenizer (the tiny model's 4,096-token BPE, which counts this text about as cl100k
+does: a byte-level vocabulary would make every turn 3.8x as long beside the same page images).
+Before every assistant turn the agent calls the model, as an agent loop does (the assistant turns
+stand for what it would have generated; 4 new tokens each). Every call runs twice on the same
+context, with prefix reuse and without. Sessions: a budget of 8,192 positions (DeepSeek-OCR's
+context; nothing is dropped in 200 turns) and of 2,000 (old pages are dropped all along), each
+with AgeLadder(hold=1), the default, and hold=4. The tiny model's timings say nothing about a
+real checkpoint's; the token counts are what carry over.
 """
 
 from __future__ import annotations
@@ -41,11 +44,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def session(turns: int, hold: int) -> dict:
-    model, tok = tiny_unlimited_ocr()
+VOCAB = 4096
+
+
+def session(turns: int, budget: int, hold: int) -> dict:
+    model, tok = tiny_unlimited_ocr(vocab_size=VOCAB)
     reuse = OpticalModel(model, tok, window=16)
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
-    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok,
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=budget), keep_recent=2, tokenizer=tok,
                  ladder=AgeLadder(hold=hold))
     msgs = sample_conversation(tasks=12)[:turns]
     rows = []
@@ -60,7 +66,8 @@ def session(turns: int, hold: int) -> dict:
         total, done = reuse.prefills[-1]
         turn = mem.add(m)
         rows.append({"turn": turn.id - 1, "prompt": total, "prefilled_reuse": done,
-                     "prefilled_fresh": fresh.prefills[-1][1], "page_tokens": statistics.mean(imaged) if imaged else 0})
+                     "prefilled_fresh": fresh.prefills[-1][1], "page_tokens": statistics.mean(imaged) if imaged else 0,
+                     "gone_pages": len(ctx.gone)})
     new_text = [mem.tokenizer.count(t.text) for t in mem.transcript()]
     # "New tokens" of a call: every turn added since the previous call (the agent's turns between questions).
     calls = [r["turn"] for r in rows]
@@ -69,11 +76,12 @@ def session(turns: int, hold: int) -> dict:
     mean = lambda k: statistics.mean(r[k] for r in later)  # noqa: E731
     mean_new = statistics.mean(new_per_call[1:])
     return {
-        "hold": hold, "turns": len(msgs), "calls": len(rows),
+        "budget": budget, "hold": hold, "turns": len(msgs), "calls": len(rows),
         "prompt_mean": round(mean("prompt")), "prefilled_fresh_mean": round(mean("prefilled_fresh")),
         "prefilled_reuse_mean": round(mean("prefilled_reuse")), "new_tokens_mean": round(mean_new),
         "page_tokens_mean": round(mean("page_tokens")),
         "target_new_plus_page": round(mean_new + mean("page_tokens")),
+        "calls_with_dropped_pages": sum(r["gone_pages"] > 0 for r in later),
         "prefix_hit_rate": round(sum(r["prefilled_reuse"] < r["prompt"] for r in later) / len(later), 3),
         "reused_share": round(1 - mean("prefilled_reuse") / mean("prompt"), 3),
         "encodes": {"pages_x_tiers": len(reuse.visual.encodes), "max_per_page_tier": max(reuse.visual.encodes.values()),
@@ -85,8 +93,8 @@ def session(turns: int, hold: int) -> dict:
 
 def decode_speed(model, tok) -> dict[str, float]:
     om = OpticalModel(model, tok, window=16, reuse_prefix=False)
-    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok)
-    for m in sample_conversation()[:60]:
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=8192), keep_recent=2, tokenizer=tok)
+    for m in sample_conversation()[:120]:
         mem.add(m)
     ctx = mem.context()
     om.answer(ctx, "warm", max_new_tokens=2)
@@ -104,24 +112,25 @@ def main() -> None:
     ap.add_argument("--out", default="out/local_model.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model, tok = tiny_unlimited_ocr()
+    model, tok = tiny_unlimited_ocr(vocab_size=VOCAB)
     mem = Memory(vision="unlimited-ocr", keep_recent=0)
     for m in sample_conversation()[:20]:
         mem.add(m)
     result = {"encode_ms": encode_times(model, mem.context().pages[0]), **decode_speed(model, tok),
-              "sessions": [session(args.turns, hold) for hold in (1, 4)]}
+              "sessions": [session(args.turns, budget, hold) for budget in (8192, 2000) for hold in (1, 4)]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"encode ms per page (tiny model, 1 thread): {result['encode_ms']}")
     print(f"prefill {result['prefill_tok_s']} tok/s, decode {result['decode_tok_s']} tok/s "
           f"(prompt {result['prompt']} positions)")
     for s in result["sessions"]:
-        print(f"session, AgeLadder(hold={s['hold']}): {s['turns']} turns, {s['calls']} calls, "
+        print(f"session, budget {s['budget']}, AgeLadder(hold={s['hold']}): {s['turns']} turns, {s['calls']} calls, "
               f"prompt {s['prompt_mean']} tokens on average")
         print(f"  prefilled per call: {s['prefilled_fresh_mean']} without reuse, {s['prefilled_reuse_mean']} with "
               f"(target <= new {s['new_tokens_mean']} + one page {s['page_tokens_mean']} = "
               f"{s['target_new_plus_page']}); prefix hit rate {s['prefix_hit_rate']}, "
-              f"{s['reused_share']:.0%} of prompt tokens reused")
+              f"{s['reused_share']:.0%} of prompt tokens reused; "
+              f"pages dropped in {s['calls_with_dropped_pages']} calls")
         print(f"  encodes: {s['encodes']}, tiers {s['tiers_seen']}")
 
 

@@ -3,16 +3,18 @@
     model = OpticalModel.from_pretrained("/models/unlimited-ocr")   # a local folder; nothing is downloaded
     print(model.answer(mem.context(vision="unlimited-ocr"), "What did the tool return for #12?"))
 
-`build_inputs` lays the context out as one prompt: each text segment as a line "ROLE: text", each
-page as one run of image placeholders exactly as long as the positions the cost model charged
-(`PageSegment.tokens`), the question last. `OpticalModel` encodes the pages (each (page, tier) at
-most once while it stays in the visual-token cache), writes their features over the placeholders,
-prefills, and decodes with the R-SWA cache, so the KV cache holds the prompt plus `window` tokens.
+`build_inputs` lays the context out as one prompt: each page as one run of image placeholders
+exactly as long as the positions the cost model charged (`PageSegment.tokens`), the open page and
+the recent turns as the lines a page draws for them, other text as "ROLE: text", the question
+last. `OpticalModel` encodes the pages (each (page, tier) at most once while it stays in the
+visual-token cache), writes their features over the placeholders, prefills, and decodes with the
+R-SWA cache, so the KV cache holds the prompt plus `window` tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -66,8 +68,11 @@ def _role(seg: TextSegment) -> str:
 def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id: int | None = None) -> OpticalInputs:
     """`ctx` as one prompt for `tokenizer` (a tokenizer, or a processor holding one).
 
-    TEXT-tier pages go in as their drawn text. Each piece is tokenized on its own, so a piece
-    that did not change tokenizes the same in the next turn's prompt (the prefix-reuse contract).
+    TEXT-tier pages go in as their drawn text, and recent turns as a page would draw them (their
+    header "#id ROLE", then their lines), so the prompt only grows at its end while turns move
+    from the recent window onto the open page. Each piece (a page, a turn, a factsheet line) is
+    tokenized on its own, so a piece that did not change tokenizes the same in the next turn's
+    prompt (the prefix-reuse contract).
     """
     tok = getattr(tokenizer, "tokenizer", tokenizer)
     image_id = image_token_id if image_token_id is not None else tok.convert_tokens_to_ids(
@@ -85,15 +90,23 @@ def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id:
 
     for seg in ctx.segments:
         if isinstance(seg, PageSegment):
-            if seg.tier is Tier.TEXT:
+            if seg.tier is not Tier.TEXT:
+                spans.append((len(ids), len(ids) + seg.tokens))
+                ids.extend([image_id] * seg.tokens)
+                pages.append(seg)
+                keys.append(f"p:{seg.page.digest}:{seg.tier.value}")
+                ends.append(len(ids))
+                text("\n")
+            elif seg.page.sealed:
                 text(f"PAGE: {seg.text}\n")
-                continue
-            spans.append((len(ids), len(ids) + seg.tokens))
-            ids.extend([image_id] * seg.tokens)
-            pages.append(seg)
-            keys.append(f"p:{seg.page.digest}:{seg.tier.value}")
-            ends.append(len(ids))
-            text("\n")
+            else:  # the open page grows turn by turn: one piece per turn keeps the old pieces' KV
+                for _, lines in itertools.groupby(seg.page.entries, key=lambda e: e.turn_id):
+                    text("\n".join(e.line.text for e in lines) + "\n")
+        elif seg.kind == "recent" and seg.drawn is not None:
+            text(seg.drawn + "\n")  # as the open page will show it: moving there changes no token
+        elif seg.kind == "factsheet":  # a line per piece: a new line joins at the end
+            for line in seg.text.split("\n"):
+                text(f"{line}\n")
         else:
             text(f"{_role(seg)}: {seg.text}\n")
     text(f"USER: {question}\nASSISTANT:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +19,8 @@ from .turns import Turn
 
 CAPTION = (
     "Earlier conversation, rendered as page images, oldest first. Each page shows turns with a "
-    "header '#<turn id> <ROLE>'; the messages after the pages continue from where they end."
+    "header '#<turn id> <ROLE>'; a line '#<turn id>: ...' after a page repeats exact strings of "
+    "that turn verbatim; the messages after the pages continue from where they end."
 )
 
 SegmentKind = Literal["system", "pinned", "caption", "factsheet", "recent"]
@@ -32,6 +34,14 @@ class TextSegment:
     text: str
     tokens: int
     turn: Turn | None = None
+    _drawn: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def drawn(self) -> str | None:
+        """A recent turn as a page draws it (its lines in `PageSegment.text` once it moves onto
+        the open page), or None. A prompt that writes recent turns this way does not change when
+        one moves onto the open page (`optictx.models.build_inputs`)."""
+        return self._drawn() if self._drawn is not None else None
 
     @property
     def turn_ids(self) -> tuple[int, ...]:
@@ -101,8 +111,9 @@ class Context:
 
     @property
     def factsheet(self) -> str:
-        """The verbatim exact strings kept beside the images ("" when none)."""
-        return "".join(s.text for s in self.text_segments if s.kind == "factsheet")
+        """The verbatim exact strings kept beside the images, all placed parts joined ("" when
+        none): dropped turns' before the first page, imaged turns' after the page showing them."""
+        return "\n".join(s.text for s in self.text_segments if s.kind == "factsheet")
 
     @property
     def kv_bytes(self) -> int | None:

@@ -15,33 +15,41 @@ if TYPE_CHECKING:
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-def _page_parts_openai(pages: list[PageSegment], detail: str | None, factsheet: str) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}]
-    for p in pages:
-        if p.tier.is_image:
+def _page_parts_openai(parts_in: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}] if _has_pages(parts_in) else []
+    for p in parts_in:
+        if isinstance(p, str):
+            parts.append({"type": "text", "text": p})
+        elif p.tier.is_image:
             image_url: dict[str, Any] = {"url": f"data:image/png;base64,{p.png_base64()}"}
             if detail:
                 image_url["detail"] = detail
             parts.append({"type": "image_url", "image_url": image_url})
         else:
             parts.append({"type": "text", "text": p.text})
-    if factsheet:
-        parts.append({"type": "text", "text": factsheet})
     return parts
 
 
-def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment], list[Turn]]:
+def _has_pages(middle: list[PageSegment | str]) -> bool:
+    return any(isinstance(p, PageSegment) for p in middle)
+
+
+def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | str], list[Turn]]:
+    """System, pinned and recent turns, and what goes between them: the pages and the factsheet,
+    in the context's order (the sheet sits after the sealed pages, before the open one)."""
     system = [s.turn for s in ctx.text_segments if s.kind == "system" and s.turn]
     pinned = [s.turn for s in ctx.text_segments if s.kind == "pinned" and s.turn]
     recent = [s.turn for s in ctx.text_segments if s.kind == "recent" and s.turn]
-    return system, pinned, ctx.pages, recent
+    middle = [s if isinstance(s, PageSegment) else s.text for s in ctx.segments
+              if isinstance(s, PageSegment) or s.kind == "factsheet"]
+    return system, pinned, middle, recent
 
 
 def to_openai(ctx: Context) -> list[dict[str, Any]]:
     system, pinned, pages, recent = _groups(ctx)
     messages = [t.to_openai() for t in (*system, *pinned)]
     if pages:
-        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail, ctx.factsheet)})
+        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail)})
     messages.extend(t.to_openai() for t in recent)
     return messages
 
@@ -104,15 +112,15 @@ def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
     system, pinned, pages, recent = _groups(ctx)
     messages = [_anthropic_message(t) for t in pinned]
     if pages:
-        blocks: list[dict[str, Any]] = [_text_block(CAPTION)]
+        blocks: list[dict[str, Any]] = [_text_block(CAPTION)] if _has_pages(pages) else []
         for p in pages:
-            if p.tier.is_image:
+            if isinstance(p, str):
+                blocks.append(_text_block(p))
+            elif p.tier.is_image:
                 blocks.append({"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                             "data": p.png_base64()}})
             else:
                 blocks.append(_text_block(p.text))
-        if ctx.factsheet:
-            blocks.append(_text_block(ctx.factsheet))
         messages.append({"role": "user", "content": blocks})
     messages.extend(_anthropic_message(t) for t in recent)
     return "\n\n".join(t.text for t in system), _merge_roles(messages)

@@ -38,19 +38,28 @@ def find_facts(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Factsheet:
-    """Keep up to `max_tokens` of exact strings from the turns on image pages and on dropped pages,
-    and never more than `budget_share` of the context budget: on small budgets a full sheet would
-    push out the pages it lists (`optictx niah`'s default grid: at budgets of 2,000 and 4,000
-    tokens an uncapped sheet cost one needle in five).
+    """Keep up to `max_tokens` of exact strings from the turns on sealed image pages and on dropped
+    pages, and never more than `budget_share` of the context budget.
 
-    Dropped turns come first (what was said before tool results), then imaged ones: a dropped page
-    has lost every string on it, a TINY page still reads 97-100% of 7-digit numbers
-    (BENCHMARKS.md). Strings the context still shows are not listed again for dropped turns."""
+    Which strings get the room, most needed first: those of dropped turns (a dropped page has lost
+    every string on it; what users and the agent said before tool results, newest first), then
+    those of imaged turns, oldest first (older pages are sent at blurrier tiers: a TINY page reads
+    97-100% of 7-digit numbers but 30% of UUIDs, a LARGE one nearly all; BENCHMARKS.md). Strings
+    the pages still show are not listed again for dropped turns.
+
+    The memory places the lines it keeps: those of dropped turns under `gone_header` before the
+    first page, those of imaged turns right after the page that shows them, in turn order. So the
+    prompt only grows at its end as pages seal (prefix caches, `optictx.models`).
+
+    >>> sheet = Factsheet()
+    >>> sheet.lines({3: ("4417",), 9: ("ee7653c9bc8d",)}, len, gone={3})
+    [(3, '#3 gone: 4417'), (9, '#9: ee7653c9bc8d')]
+    """
 
     max_tokens: int = 1024
     budget_share: float = 0.1
     finder: Callable[[str], list[str]] = find_facts
-    header: str = "Exact strings from older turns, verbatim (turn: values; gone = no longer shown above):"
+    gone_header: str = "Exact strings from older turns no longer shown, verbatim (turn: values):"
 
     def cap(self, budget: int) -> int:
         """The most tokens the sheet may take under a budget of `budget` tokens."""
@@ -61,11 +70,11 @@ class Factsheet:
 
     def lines(self, facts: Mapping[int, Sequence[str]], count: Callable[[str], int],
               gone: Collection[int] = (), refetchable: Collection[int] = (),
-              shown: Collection[str] = ()) -> list[str]:
-        """One line per turn (turn id -> its facts) that has facts, most needed first: turns in
-        `gone` that are not `refetchable`, then gone `refetchable` ones, then the rest, each group
-        newest first. A fact is listed once (first mention in that order), and a gone turn's fact
-        that the context still shows elsewhere (`shown`) is not listed for it.
+              shown: Collection[str] = ()) -> list[tuple[int, str]]:
+        """(turn id, line) for each turn in `facts` (turn id -> its strings) with a string to list,
+        most needed first: turns in `gone` that are not `refetchable`, newest first, then gone
+        `refetchable` ones, newest first, then the others, oldest first. A string is listed once
+        (its first mention in that order), and not for a gone turn when `shown` has it.
 
         Tool results are the `refetchable` turns: an agent can run a tool again, but nobody can
         ask again what a user or the agent said (Anthropic's context editing clears old tool
@@ -75,33 +84,29 @@ class Factsheet:
         looked up (`facts` may be a lazy mapping).
         """
         gone, refetchable = set(gone), set(refetchable)
-        said = gone - refetchable
-        order = [*sorted(said, reverse=True), *sorted(gone & refetchable, reverse=True),
-                 *sorted(set(facts) - gone, reverse=True)]
-        seen, hide = set(), set(shown)  # `hide` applies to gone turns only
-        out, used = [], count(self.header)
+        order = [*sorted(gone - refetchable, reverse=True), *sorted(gone & refetchable, reverse=True),
+                 *sorted(set(facts) - gone)]
+        seen, hidden = set(), set(shown)  # `hidden` applies to gone turns only
+        out, used = [], count(self.gone_header)
         for turn_id in order:
             if turn_id not in gone:
-                hide = seen
-            new = [f for f in facts[turn_id] if f not in hide and f not in seen]
+                hidden = seen
+            new = [f for f in facts[turn_id] if f not in hidden and f not in seen]
             seen.update(new)
             if new:
-                out.append(f"#{turn_id}{' gone' if turn_id in gone else ''}: " + " ".join(new))
-                used += count(out[-1]) + 1
+                out.append((turn_id, f"#{turn_id}{' gone' if turn_id in gone else ''}: " + " ".join(new)))
+                used += count(out[-1][1]) + 1
                 if used > self.max_tokens:
                     break
         return out
 
-    def build(self, lines: Sequence[str], room: int, count: Callable[[str], int]) -> str:
-        """The header and the longest run of `lines` from the start that fits in `room` tokens (and
-        `max_tokens`); "" if none fits. Lines are cut from the end (the least needed)."""
+    def select(self, lines: Sequence[tuple[int, str]], room: int,
+               cost: Callable[[Sequence[tuple[int, str]]], int]) -> list[tuple[int, str]]:
+        """The longest run of `lines` from the start (the most needed) whose `cost` (tokens, as
+        placed) fits in `room` and `max_tokens`."""
         limit = min(room, self.max_tokens)
-
-        def text(n: int) -> str:
-            return "\n".join([self.header, *lines[:n]])
-
-        lo, hi = 0, len(lines)  # a longer run never counts fewer tokens: binary search its length
+        lo, hi = 0, len(lines)  # a longer run never costs less: binary search its length
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if count(text(mid)) <= limit else (lo, mid - 1)
-        return text(lo) if lo else ""
+            lo, hi = (mid, hi) if cost(lines[:mid]) <= limit else (lo, mid - 1)
+        return list(lines[:lo])

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -347,7 +347,7 @@ class Memory:
         plan, sheet = self._with_factsheet(plan, budget)
         return self._assemble(fixed, plan, sheet, budget, model)
 
-    def _with_factsheet(self, plan: _Plan, budget: Budget) -> tuple[_Plan, str]:
+    def _with_factsheet(self, plan: _Plan, budget: Budget) -> tuple[_Plan, dict[int, str]]:
         """The factsheet for this plan, after demoting or dropping the oldest pages if it needs room.
 
         The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
@@ -358,10 +358,10 @@ class Memory:
         could only shrink pages (BENCHMARKS.md).
         """
         if self.factsheet is None:
-            return plan, ""
-        count, lines = self.tokenizer.count, self._fact_lines(plan)
+            return plan, {}
+        lines = self._fact_lines(plan)
         cap = self.factsheet.cap(budget.limit)
-        want = min(cap, count("\n".join([self.factsheet.header, *lines]))) if lines else 0
+        want = min(cap, self._sheet_cost(plan, lines)) if lines else 0
         short = want - (budget.limit - plan.tokens)
         if short > 0:
             # The fitter only ever demotes, so it can go on from this plan with less room; with
@@ -372,7 +372,24 @@ class Memory:
             plan = plan.with_tiers(tiers)
             if plan.sent.count(Tier.GONE) > dropped:
                 lines = self._fact_lines(plan)
-        return plan, self.factsheet.build(lines, min(cap, budget.limit - plan.tokens), count)
+        kept = self.factsheet.select(lines, min(cap, budget.limit - plan.tokens), partial(self._sheet_cost, plan))
+        return plan, self._sheet_parts(plan, kept)
+
+    def _sheet_parts(self, plan: _Plan, lines: Sequence[tuple[int, str]]) -> dict[int, str]:
+        """Factsheet texts by place: -1 before the first page (dropped turns, under a header), i
+        right after page i of the plan (the turns that page is the last sealed image to show)."""
+        assert self.factsheet is not None
+        where = {tid: i for i, (p, t) in enumerate(zip(plan.pages, plan.sent)) if t.is_image and p.sealed
+                 for tid in p.turn_ids}
+        groups: dict[int, list[str]] = {}
+        for tid, line in sorted(lines):
+            groups.setdefault(where.get(tid, -1), []).append(line)
+        if -1 in groups:
+            groups[-1].insert(0, self.factsheet.gone_header)
+        return {i: "\n".join(g) for i, g in groups.items()}
+
+    def _sheet_cost(self, plan: _Plan, lines: Sequence[tuple[int, str]]) -> int:
+        return sum(self.tokenizer.count(text) for text in self._sheet_parts(plan, lines).values())
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> _Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
@@ -389,7 +406,8 @@ class Memory:
             costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model,
                                [*floors, *[Tier.GONE] * len(extra)])
             room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
-            tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter)
+            tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter,
+                             unsealed=len(extra))
             if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
             if tiers is not None and max_pages is not None:
@@ -402,33 +420,48 @@ class Memory:
             shortfall=fixed_tokens - budget.limit,
         )
 
-    def _fact_lines(self, plan: _Plan) -> list[str]:
-        """Factsheet lines for the turns on image and dropped pages (text pages need none)."""
+    def _fact_lines(self, plan: _Plan) -> list[tuple[int, str]]:
+        """Factsheet lines for the turns on sealed image pages and on dropped pages.
+
+        Text pages need none, and neither does the page not sealed yet: it is the newest, so the
+        sharpest, and it changes with every turn; a sheet that followed it would change every
+        turn too, and with it the prompt after it (prefix caches, `optictx.models`)."""
         assert self.factsheet is not None
-        imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image for tid in p.turn_ids}
+        imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image and p.sealed for tid in p.turn_ids}
         gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
         facts = _Facts(self, imaged | gone, {t.id: t for t in self._window})  # type: ignore[misc]
         shown: set[str] = set()
-        if gone:  # strings that imaged and recent turns still show need no line for a dropped turn
-            for tid in [*imaged, *(t.id for t in self._window[plan.cut :])]:
-                shown.update(facts[tid])  # type: ignore[index]
+        if gone:  # strings that sealed image pages still show need no line for a dropped turn
+            for tid in imaged:
+                shown.update(facts[tid])
         return self.factsheet.lines(facts, self.tokenizer.count, gone, self._tool_turns & gone, shown)
 
-    def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: str, budget: Budget,
+    def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: dict[int, str], budget: Budget,
                   model: CostModel) -> Context:
         segs: list[TextSegment | PageSegment] = list(fixed)
-        kept = [(p, t, c) for p, t, c in zip(plan.pages, plan.sent, plan.costs) if t is not Tier.GONE]
-        if kept:
+
+        def facts(place: int) -> None:
+            if place in sheet:
+                segs.append(TextSegment("factsheet", sheet[place], self.tokenizer.count(sheet[place])))
+
+        if any(t is not Tier.GONE for t in plan.sent):
             segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
-        for page, tier, cost in kept:
-            paper = cost.text_tokens if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
-            segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
-        if sheet:
-            segs.append(TextSegment("factsheet", sheet, self.tokenizer.count(sheet)))
+        facts(-1)
+        for i, (page, tier, cost) in enumerate(zip(plan.pages, plan.sent, plan.costs)):
+            if tier is not Tier.GONE:
+                paper = cost.text_tokens if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
+                segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
+                facts(i)
         window = self._window[plan.cut:]
-        segs += [TextSegment("recent", t.text, self._tokens[t.id], t) for t in window]  # type: ignore[index]
+        segs += [TextSegment("recent", t.text, self._tokens[t.id], t, partial(self._drawn, t))  # type: ignore[index]
+                 for t in window]
         gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
         return Context(tuple(segs), budget, model, gone)
+
+    def _drawn(self, turn: Turn) -> str:
+        """The turn's lines as a page draws them."""
+        with self._lock:
+            return "\n".join(e.line.text for e in self._packer.entries(turn))
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""

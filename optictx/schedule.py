@@ -88,8 +88,15 @@ def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Ti
 class AgeLadder:
     """Tier by age, newest page first: `steps` = ((count, tier), ...), then `rest` for older pages.
 
+    Pages not sealed yet (the open page, and pages a context fills from recent turns) want
+    `unsealed` and take no place on the ladder: they change with every turn, so as text they
+    leave the prompt before them, its image encodings and its KV untouched, and nothing has to be
+    drawn again per turn (`benchmarks/local_model.py`). `unsealed=None` puts them on the ladder.
+
     >>> AgeLadder().tiers(4)  # oldest first
     [<Tier.SMALL: 'small'>, <Tier.BASE: 'base'>, <Tier.BASE: 'base'>, <Tier.LARGE: 'large'>]
+    >>> AgeLadder().tiers(3, unsealed=1)
+    [<Tier.BASE: 'base'>, <Tier.LARGE: 'large'>, <Tier.TEXT: 'text'>]
     """
 
     steps: tuple[tuple[int, Tier], ...] = ((1, Tier.LARGE), (2, Tier.BASE), (4, Tier.SMALL))
@@ -99,15 +106,21 @@ class AgeLadder:
     # page and breaks a local model's KV prefix at that page, so holding trades a few sharper
     # (costlier) pages for a prefix that stays put (benchmarks/local_model.py).
     hold: int = 1
+    unsealed: Tier | None = Tier.TEXT
 
     def __post_init__(self) -> None:
         ranks = [t.rank for _, t in self.steps] + [self.rest.rank]
+        if self.unsealed is not None:
+            ranks.insert(0, self.unsealed.rank)
         if any(b > a for a, b in itertools.pairwise(ranks)):
             raise ValueError("AgeLadder steps must not get sharper with age (newest step first)")
         if self.hold < 1:
             raise ValueError(f"AgeLadder hold must be >= 1, got {self.hold}")
 
-    def tiers(self, n: int) -> list[Tier]:
+    def tiers(self, n: int, *, unsealed: int = 0) -> list[Tier]:
+        """Tiers for `n` pages, oldest first, the newest `unsealed` of them not sealed yet."""
+        if self.unsealed is not None and unsealed:
+            return self.tiers(n - unsealed) + [self.unsealed] * unsealed
         settled = n - n % self.hold  # pages aged as if the newest, incomplete block were not there
         newest_first: list[Tier] = []
         for count, tier in self.steps:
@@ -185,10 +198,12 @@ def _cap_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: in
     return delta
 
 
-def schedule(costs: Sequence[PageCost], room: int, ladder: AgeLadder, fitter: OldestFirst) -> list[Tier] | None:
-    """Tiers for pages (oldest first) within `room` tokens, or None if even all-GONE is too much."""
+def schedule(costs: Sequence[PageCost], room: int, ladder: AgeLadder, fitter: OldestFirst, *,
+             unsealed: int = 0) -> list[Tier] | None:
+    """Tiers for pages (oldest first, the newest `unsealed` not sealed yet) within `room` tokens,
+    or None if even all-GONE is too much."""
     tiers = []
-    for cost, want in zip(costs, ladder.tiers(len(costs))):
+    for cost, want in zip(costs, ladder.tiers(len(costs), unsealed=unsealed)):
         # An image only where it pays: otherwise the page's text is cheaper and sharper.
         tiers.append(want if want in cost.options else Tier.TEXT)
     _cap_older(tiers, costs, 0, len(tiers))

@@ -1,6 +1,6 @@
 import pytest
 
-from optictx import Budget, Memory
+from optictx import Budget, Memory, Tier
 from optictx.facts import Factsheet, find_facts
 
 
@@ -19,22 +19,26 @@ def test_find_facts(text, facts):
     assert find_facts(text) == facts
 
 
-def test_lines_newest_first_and_deduplicated():
+def test_imaged_turns_oldest_first_and_deduplicated():
     sheet, count = Factsheet(), Memory().tokenizer.count
     lines = sheet.lines({1: ("4417", "ee7653c9bc8d"), 5: ("4417",), 3: ()}, count)
-    assert lines == ["#5: 4417", "#1: ee7653c9bc8d"]
+    assert lines == [(1, "#1: 4417 ee7653c9bc8d")]  # the oldest page is the blurriest
     many = Factsheet(max_tokens=50).lines({i: (str(10**6 + i),) for i in range(1000)}, count)
-    assert 3 < len(many) < 30 and many[0] == "#999: 1000999"  # stops past max_tokens
+    assert 3 < len(many) < 30 and many[0] == (0, "#0: 1000000")  # stops past max_tokens
 
 
-def test_build_cuts_the_oldest_and_respects_room():
-    sheet = Factsheet(max_tokens=10_000)
-    lines = [f"#{i}: {1000000 + i}" for i in range(100, 0, -1)]
-    count = Memory().tokenizer.count
-    text = sheet.build(lines, 60, count)
-    assert count(text) <= 60 and text.startswith(sheet.header)
-    assert "#100:" in text and "#1:" not in text
-    assert sheet.build(lines, 5, count) == ""
+def test_select_keeps_the_longest_run_of_most_needed_lines_that_fits():
+    sheet, count = Factsheet(max_tokens=10_000), Memory().tokenizer.count
+    lines = [(i, f"#{i}: {'x' * (i % 7)} {1000000 + i}") for i in range(300, 0, -1)]
+
+    def cost(run):
+        return count("\n".join(line for _, line in run))
+
+    for room in (40, 97, 333, 1000):
+        kept = sheet.select(lines, room, cost)
+        assert kept == lines[: len(kept)] and cost(kept) <= room < cost(lines[: len(kept) + 1])
+    assert sheet.select(lines, 5, cost) == []
+    assert cost(Factsheet(max_tokens=50).select(lines, 1000, cost)) <= 50
 
 
 def _needles(mem, n=40):
@@ -55,10 +59,18 @@ def test_factsheet_keeps_numbers_of_imaged_turns_within_budget():
         if 2 * i in imaged:
             assert num in ctx.factsheet
     assert ctx.report()["factsheet_tokens"] > 0
-    parts = ctx.to_openai()[0]["content"]
-    assert parts[-1]["text"] == ctx.factsheet
-    first = ctx.to_anthropic()[1][0]["content"]  # pages, factsheet, then the next user turn (merged)
-    assert any(b.get("text") == ctx.factsheet for b in first)
+    # each imaged turn's line comes right after the last sealed page showing it, in the exports too
+    segs = ctx.segments
+    for i, seg in enumerate(segs):
+        if getattr(seg, "kind", None) == "factsheet":
+            page = segs[i - 1]
+            assert page.page.sealed and page.tier.is_image
+            assert {int(line.split(":")[0][1:]) for line in seg.text.splitlines()} <= set(page.turn_ids)
+    assert all(p.tier is Tier.TEXT for p in ctx.pages if not p.page.sealed)  # the open page is text
+    parts = [p.get("text") for p in ctx.to_openai()[0]["content"]]
+    blocks = [b.get("text") for b in ctx.to_anthropic()[1][0]["content"]]
+    for seg in (s for s in segs if getattr(s, "kind", None) == "factsheet"):
+        assert seg.text in parts and seg.text in blocks
 
 
 def test_factsheet_makes_room_by_demoting_pages_when_tight():
@@ -73,10 +85,10 @@ def test_factsheet_takes_at_most_its_share_of_a_small_budget():
     budgets = {}
     for share in (0.1, 1.0):
         mem = Memory(budget=Budget(tokens=3000), keep_recent=2, factsheet=Factsheet(budget_share=share))
-        _needles(mem)
+        _needles(mem, 100)
         ctx = mem.context()
         budgets[share] = ctx.report()["factsheet_tokens"]
-        assert ctx.tokens <= 3000 and budgets[share] <= min(512, share * 3000)
+        assert ctx.tokens <= 3000 and budgets[share] <= mem.factsheet.cap(3000) == min(1024, share * 3000)
     assert budgets[1.0] > budgets[0.1] > 0  # the share is what limited it
 
 
@@ -88,8 +100,8 @@ def test_factsheet_can_be_turned_off():
 
 def test_dropped_turns_are_listed_first_and_marked_gone():
     sheet, count = Factsheet(), Memory().tokenizer.count
-    lines = sheet.lines({1: ("1000001",), 2: ("1000002",), 7: ("1000007",)}, count, gone={1, 2})
-    assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#7: 1000007"]
+    lines = sheet.lines({1: ("1000001",), 2: ("1000002",), 7: ("1000007",), 8: ("1000008",)}, count, gone={1, 2})
+    assert [line for _, line in lines] == ["#2 gone: 1000002", "#1 gone: 1000001", "#7: 1000007", "#8: 1000008"]
 
 
 def test_tool_results_come_after_what_was_said_and_shown_strings_are_not_repeated():
@@ -98,16 +110,7 @@ def test_tool_results_come_after_what_was_said_and_shown_strings_are_not_repeate
     lines = sheet.lines(facts, count, gone={1, 2, 3}, refetchable={3}, shown={"ledger/tax.py", "1000009"})
     # said (newest first), then the dropped tool result, then imaged turns; a gone turn's string
     # that the context still shows is not repeated, an imaged turn keeps its own
-    assert lines == ["#2 gone: 1000002", "#1 gone: 1000001", "#3 gone: 1000003", "#9: 1000009"]
-
-
-def test_build_keeps_the_longest_run_of_lines_that_fits():
-    sheet, count = Factsheet(max_tokens=10_000), Memory().tokenizer.count
-    lines = [f"#{i}: {'x' * (i % 7)} {1000000 + i}" for i in range(300, 0, -1)]
-    for room in (40, 97, 333, 1000):
-        text = sheet.build(lines, room, count)
-        n = len(text.splitlines()) - 1
-        assert count(text) <= room < count("\n".join([sheet.header, *lines[: n + 1]]))
+    assert [line for _, line in lines] == ["#2 gone: 1000002", "#1 gone: 1000001", "#3 gone: 1000003", "#9: 1000009"]
 
 
 def test_pages_the_factsheet_pushes_out_are_listed_in_it():
@@ -123,7 +126,7 @@ def test_pages_the_factsheet_pushes_out_are_listed_in_it():
     shown = {tid for p in ctx.pages for tid in p.turn_ids}
     pushed = {tid for p in ctx.gone for tid in p.turn_ids} - {tid for p in bare.gone for tid in p.turn_ids} - shown
     assert pushed  # the sheet took its room from pages
-    listed = [int(line.split()[0][1:]) for line in ctx.factsheet.splitlines()[1:]]
+    listed = sorted((int(line.split()[0][1:]) for line in ctx.factsheet.splitlines()[1:]), reverse=True)
     said = sorted({tid for p in ctx.gone for tid in p.turn_ids if tid % 2 == 0 and tid not in shown}, reverse=True)
     assert listed and listed == said[: len(listed)] and set(listed) <= pushed  # newest first: what it pushed out
     assert all(f"#{tid} gone: {numbers[tid // 2]}" in ctx.factsheet for tid in listed)

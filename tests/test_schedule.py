@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Tier
+from optictx.context import PageSegment
 from optictx.schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
 
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -222,3 +223,39 @@ def test_a_held_ladder_moves_older_tiers_only_once_per_block():
     assert held.tiers(12) == AgeLadder().tiers(12)  # the block is complete: aged as usual
     with pytest.raises(ValueError, match="hold"):
         AgeLadder(hold=0)
+
+
+def test_unsealed_pages_are_text_and_take_no_place_on_the_ladder():
+    ladder = AgeLadder()
+    assert ladder.tiers(5, unsealed=2) == [*ladder.tiers(3), Tier.TEXT, Tier.TEXT]
+    assert AgeLadder(unsealed=None).tiers(5, unsealed=2) == ladder.tiers(5)
+    with pytest.raises(ValueError, match="sharper"):
+        AgeLadder(unsealed=Tier.TINY)  # the newest pages would be blurrier than older ones
+
+
+def test_within_budget_a_turn_that_seals_no_page_leaves_the_prompt_before_the_open_page_alone(sample):
+    def head(ctx):  # system, caption, sealed pages and factsheet: everything before the open page
+        out = []
+        for s in ctx.segments:
+            if isinstance(s, PageSegment):
+                if not s.page.sealed:
+                    break
+                out.append((s.page.digest, s.tier))
+            elif s.kind == "recent":
+                break
+            else:
+                out.append(s.text)
+        return out
+
+    mem = Memory(budget=Budget(tokens=50_000), keep_recent=2)  # no page is dropped
+    before, unchanged = None, 0
+    for m in sample[:200]:
+        sealed = sum(p.sealed for p in mem.pages)
+        mem.add(m)
+        ctx = mem.context()
+        assert all(s.tier is Tier.TEXT for s in ctx.pages if not s.page.sealed)
+        if sealed and sum(p.sealed for p in mem.pages) == sealed:
+            assert head(ctx) == before
+            unchanged += 1
+        before = head(ctx)
+    assert unchanged > 100

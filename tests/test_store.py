@@ -118,8 +118,12 @@ def test_factsheet_reads_packed_turns_back_from_the_store(tmp_path):
     for i in range(30):
         mem.add({"role": "user", "content": f"order {1_000_000 + i} shipped " + "filler words " * 60})
     mem.close()
-    sheet = next(s for s in Memory.open(path).context().text_segments if s.kind == "factsheet")
-    assert "1000028" in sheet.text
+    again = Memory.open(path)
+    ctx = again.context()
+    sheet = next(s for s in ctx.text_segments if s.kind == "factsheet")
+    sealed = [tid for p in ctx.pages if p.page.sealed and p.tier.is_image for tid in p.turn_ids]
+    assert sealed and all(t.id not in sealed for t in again.recent)  # packed: only the store has them
+    assert f"#{sealed[0]}: {1_000_000 + sealed[0]}" in sheet.text
 
 
 def test_schema_1_files_migrate_forward(tmp_path):
