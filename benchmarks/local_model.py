@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from optictx import AgeLadder, Budget, Memory, Tier
+from optictx.memory import turn_tokens
 from optictx.models import OpticalModel, encode, tiny_unlimited_ocr, views
 from optictx.sample import sample_conversation
 
@@ -63,12 +64,14 @@ def session(turns: int, budget: int, hold: int) -> dict:
         for om in (reuse, fresh):
             om.answer(ctx, "What next?", max_new_tokens=4)
         imaged = [s.tokens for s in ctx.pages if s.tier.is_image]
+        sealed = [s.tokens for s in ctx.pages if s.tier.is_image and s.page.sealed]
         total, done = reuse.prefills[-1]
         turn = mem.add(m)
         rows.append({"turn": turn.id - 1, "prompt": total, "prefilled_reuse": done,
                      "prefilled_fresh": fresh.prefills[-1][1], "page_tokens": statistics.mean(imaged) if imaged else 0,
+                     "newest_page_tokens": sealed[-1] if sealed else 0,
                      "gone_pages": len(ctx.gone)})
-    new_text = [mem.tokenizer.count(t.text) for t in mem.transcript()]
+    new_text = [turn_tokens(t, mem.tokenizer) for t in mem.transcript()]  # text and tool calls
     # "New tokens" of a call: every turn added since the previous call (the agent's turns between questions).
     calls = [r["turn"] for r in rows]
     new_per_call = [sum(new_text[a + 1 : b + 1]) for a, b in zip([-1, *calls], calls)]
@@ -81,6 +84,9 @@ def session(turns: int, budget: int, hold: int) -> dict:
         "prefilled_reuse_mean": round(mean("prefilled_reuse")), "new_tokens_mean": round(mean_new),
         "page_tokens_mean": round(mean("page_tokens")),
         "target_new_plus_page": round(mean_new + mean("page_tokens")),
+        # The other reading of "one page": the page a seal adds, the newest (LARGE unless shrunk).
+        "newest_page_tokens_mean": round(mean("newest_page_tokens")),
+        "target_new_plus_newest_page": round(mean_new + mean("newest_page_tokens")),
         "calls_with_dropped_pages": sum(r["gone_pages"] > 0 for r in later),
         "prefix_hit_rate": round(sum(r["prefilled_reuse"] < r["prompt"] for r in later) / len(later), 3),
         "reused_share": round(1 - mean("prefilled_reuse") / mean("prompt"), 3),
@@ -128,7 +134,8 @@ def main() -> None:
               f"prompt {s['prompt_mean']} tokens on average")
         print(f"  prefilled per call: {s['prefilled_fresh_mean']} without reuse, {s['prefilled_reuse_mean']} with "
               f"(target <= new {s['new_tokens_mean']} + one page {s['page_tokens_mean']} = "
-              f"{s['target_new_plus_page']}); prefix hit rate {s['prefix_hit_rate']}, "
+              f"{s['target_new_plus_page']}; or + the newest page {s['newest_page_tokens_mean']} = "
+              f"{s['target_new_plus_newest_page']}); prefix hit rate {s['prefix_hit_rate']}, "
               f"{s['reused_share']:.0%} of prompt tokens reused; "
               f"pages dropped in {s['calls_with_dropped_pages']} calls")
         print(f"  encodes: {s['encodes']}, tiers {s['tiers_seen']}")

@@ -14,8 +14,8 @@ from optictx.kv import KVGeometry
 _LAZY = {
     "RSWACache": ".rswa", "RSWALayer": ".rswa", "rswa_cache": ".rswa", "rswa_mask": ".rswa",
     "WindowedNGramGuard": ".guard", "distinct_n": ".guard",
-    "tiny_unlimited_ocr": ".tiny", "tiny_tokenizer": ".tiny",
-    "Views": ".pages", "views": ".pages", "encode": ".pages",
+    "tiny_unlimited_ocr": ".tiny", "tiny_deepseek_ocr2": ".tiny", "tiny_tokenizer": ".tiny",
+    "Views": ".pages", "views": ".pages", "image_views": ".pages", "encode": ".pages",
     "OpticalModel": ".optical", "OpticalInputs": ".optical", "VisualCache": ".optical", "build_inputs": ".optical",
     "UnlimitedOcrReader": ".optical",
 }

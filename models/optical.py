@@ -1,4 +1,4 @@
-"""A memory's context as the fixed prefix of a local Unlimited OCR model.
+"""A memory's context as the fixed prefix of a local Unlimited OCR or DeepSeek-OCR 2 model.
 
     model = OpticalModel.from_pretrained("/models/unlimited-ocr")   # a local folder; nothing is downloaded
     print(model.answer(mem.context(vision="unlimited-ocr"), "What did the tool return for #12?"))
@@ -8,7 +8,8 @@ exactly as long as the positions the cost model charged (`PageSegment.tokens`), 
 the recent turns as the lines a page draws for them, other text as "ROLE: text", the question
 last. `OpticalModel` encodes the pages (each (page, tier) at most once while it stays in the
 visual-token cache), writes their features over the placeholders, prefills, and decodes with the
-R-SWA cache, so the KV cache holds the prompt plus `window` tokens.
+R-SWA cache, so the KV cache holds the prompt plus `window` tokens (DeepSeek-OCR 2, trained with
+full attention, decodes with it unless `rswa=True`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,14 @@ from optictx.readers import OCR_PROMPTS, CachedReader
 from optictx.tiers import Tier
 
 from .guard import WindowedNGramGuard
-from .pages import Views, encode, to_tensor, views
+from .pages import DEEPSEEK_OCR2, encode, image_views, views
 from .rswa import DEFAULT_WINDOW, rswa_cache
+
+# transformers model_type -> (class name, the cost models whose page positions it produces)
+FAMILIES = {
+    "unlimited_ocr": ("UnlimitedOcrForConditionalGeneration", ("unlimited-ocr", "deepseek-ocr")),
+    DEEPSEEK_OCR2: ("DeepseekOcr2ForConditionalGeneration", ("deepseek-ocr-2",)),
+}
 
 _TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}
 
@@ -129,7 +136,7 @@ class VisualCache:
             self._d.move_to_end(k)
         todo = {k: p for k, p in zip(keys, pages) if k not in found}
         if todo:
-            batch: list[Views] = [views(p) for p in todo.values()]
+            batch = [views(p, family=model.config.model_type) for p in todo.values()]
             for k, f in zip(todo, encode(model, batch)):
                 self.encodes[k] = self.encodes.get(k, 0) + 1
                 found[k] = f
@@ -146,14 +153,23 @@ class VisualCache:
 
 
 class OpticalModel:
-    """An Unlimited OCR checkpoint answering questions about optictx contexts. One caller at a
-    time: the prefix it reuses is the previous call's."""
+    """An Unlimited OCR or DeepSeek-OCR 2 checkpoint answering questions about optictx contexts.
+    One caller at a time: the prefix it reuses is the previous call's.
 
-    def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW,
+    `rswa`: decode under the R-SWA cache (prompt + `window` positions held however long the
+    answer); by default on for Unlimited OCR, which was trained for it, and off (full attention)
+    for DeepSeek-OCR 2, which was not.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW, rswa: bool | None = None,
                  visual_cache_bytes: int = 512 * 2**20, reuse_prefix: bool = True) -> None:
+        family = model.config.model_type
+        if family not in FAMILIES:
+            raise ValueError(f"a {family!r} model is not supported; use one of {sorted(FAMILIES)}")
         self.model = model.eval()
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.window = window
+        self.rswa = family != DEEPSEEK_OCR2 if rswa is None else rswa
         self.visual = VisualCache(visual_cache_bytes)
         self.reuse_prefix = reuse_prefix
         self.prefills: list[tuple[int, int]] = []  # (prompt tokens, tokens actually prefilled) per call
@@ -173,14 +189,22 @@ class OpticalModel:
             missing.append("*.safetensors")
         if missing:
             raise FileNotFoundError(f"{folder}: incomplete checkpoint, missing {', '.join(missing)}")
-        from transformers import AutoTokenizer, UnlimitedOcrForConditionalGeneration
+        import transformers
+        from transformers import AutoConfig, AutoTokenizer
 
-        model = UnlimitedOcrForConditionalGeneration.from_pretrained(
+        family = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).model_type
+        if family not in FAMILIES:
+            raise ValueError(f"{folder}: a {family!r} checkpoint; OpticalModel loads {sorted(FAMILIES)}")
+        model = getattr(transformers, FAMILIES[family][0]).from_pretrained(
             folder, local_files_only=True, use_safetensors=True, trust_remote_code=False)
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
         return cls(model, tok, **kwargs)
 
     def inputs(self, ctx: Context, question: str) -> OpticalInputs:
+        names = FAMILIES[self.model.config.model_type][1]
+        if ctx.vision.name not in names:
+            raise ValueError(f"the context was fitted for {ctx.vision.name!r}, but this model's pages cost what "
+                             f"{names[0]!r} charges: build it with mem.context(vision={names[0]!r})")
         return build_inputs(ctx, self.tokenizer, question, image_token_id=self.model.config.image_token_id)
 
     @torch.no_grad()
@@ -236,16 +260,25 @@ class OpticalModel:
         reuse = 0
         if self.reuse_prefix and self._last is not None:
             reuse = min(inputs.common_prefix(self._last[0]), length - 1)
-        cache = rswa_cache(self.model.config, window=self.window, prefill_length=length)
+        cache = self._cache(length)
         if reuse:
             for layer, (k, v) in zip(cache.layers, self._last[1]):  # type: ignore[index]
                 layer.update(k[..., :reuse, :], v[..., :reuse, :])
         embeds = self.embed(inputs, reuse)
         out = self.model(inputs_embeds=embeds, cache=cache, use_cache=True, logits_to_keep=1)
-        # The prompt's rows never change during decoding (only the window does): keep references.
-        self._last = (inputs, [(layer.prefill_keys, layer.prefill_values) for layer in cache.layers])
+        # The prompt's rows never change while decoding: R-SWA keeps them apart from the window,
+        # and a full cache concatenates new rows into new tensors. So references are enough.
+        self._last = (inputs, [(layer.prefill_keys, layer.prefill_values) if self.rswa else (layer.keys, layer.values)
+                               for layer in cache.layers])
         self.prefills.append((length, length - reuse))
         return out, cache
+
+    def _cache(self, prefill_length: int | None = None) -> Any:
+        if self.rswa:
+            return rswa_cache(self.model.config, window=self.window, prefill_length=prefill_length)
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
 
     @torch.no_grad()
     def read_image(self, image: Image.Image, prompt: str = OCR_PROMPTS["deepseek"], *,
@@ -254,7 +287,7 @@ class OpticalModel:
         tier = _TIER_OF_SIDE.get(image.size) if image.width == image.height else None
         if tier is None:
             raise ValueError(f"a {image.width}x{image.height} image is no page tier; use PageSegment.image")
-        (features,) = encode(self.model, [Views(to_tensor(image), None, (0, 0))])
+        (features,) = encode(self.model, [image_views(image, self.model.config.model_type)])
         tok = self.tokenizer
         ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + [self.model.config.image_token_id] * len(
             features) + tok("\n" + prompt, add_special_tokens=False).input_ids
@@ -262,7 +295,7 @@ class OpticalModel:
         embeds = self.model.get_input_embeddings()(seq.to(features.device))
         start = 1 if tok.bos_token_id is not None else 0
         embeds[0, start : start + len(features)] = features.to(embeds.dtype)
-        cache = rswa_cache(self.model.config, window=self.window)
+        cache = self._cache()
         out = self.model(inputs_embeds=embeds, cache=cache, use_cache=True, logits_to_keep=1)
         guard = WindowedNGramGuard(35, self.window, prompt_length=len(ids))  # OCR loops without one
         return "".join(self._decode(out, cache, seq, max_new_tokens, guard))

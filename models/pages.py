@@ -1,17 +1,24 @@
-"""Page images -> the visual tokens of a DeepEncoder (Unlimited OCR / DeepSeek-OCR), per tier.
+"""Page images -> the visual tokens of a local model's vision tower, per tier.
 
-Tiny, Small, Base and Large send one global view at the tier's side; Gundam sends a 1024 global
-view and 640-px tiles of the 1280 master (2 x 2 for a square page). The count of features the
-encoder returns per page is what the `unlimited-ocr` cost model charges (tests/test_local_model.py).
+Unlimited OCR / DeepSeek-OCR (DeepEncoder): Tiny, Small, Base and Large send one global view at
+the tier's side; Gundam sends a 1024 global view and 640-px tiles of the 1280 master (2 x 2 for a
+square page). These views are built here, not by transformers' `UnlimitedOcrImageProcessor`: that
+processor needs torchvision, which has no build beside the CPU torch this project installs. For
+pages already at the target size (every tier image is) it only rescales and normalizes, as here.
 
-The views are built here, not by transformers' `UnlimitedOcrImageProcessor`: that processor needs
-torchvision, which has no build beside the CPU torch this project installs. For pages that are
-already at the target size (every tier image is) it only rescales and normalizes, as done here.
+DeepSeek-OCR 2 (DeepEncoder V2): transformers' own torch-free `DeepseekOcr2ImageProcessorPil`
+makes the views from the tier image: a 1024 global view (256 queries), plus 768-px crops (144
+each) when the image is larger than 768 px, so Tiny and Small pages cost 257 positions and Base,
+Large and Gundam 833.
+
+The count of features the encoder returns per page is what the `unlimited-ocr` and
+`deepseek-ocr-2` cost models charge (tests/test_local_model.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -27,11 +34,11 @@ GUNDAM_TILE = 640  # ... and Small-sized tiles of the master
 
 @dataclass(frozen=True)
 class Views:
-    """One page's encoder input: the global view, its local tiles (Gundam) and their grid."""
+    """One page's encoder input: the global view, its local tiles or crops, and the tiles' grid."""
 
     global_view: torch.Tensor  # (3, side, side)
     local: torch.Tensor | None  # (tiles, 3, 640, 640)
-    grid: tuple[int, int]  # (columns, rows); (0, 0) without tiles
+    grid: tuple[int, int]  # (columns, rows) of DeepEncoder tiles; (0, 0) otherwise (V2 needs only the count)
 
 
 def to_tensor(image: Image.Image) -> torch.Tensor:
@@ -40,11 +47,17 @@ def to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
 
 
-def views(seg: PageSegment, tier: Tier | None = None) -> Views:
-    """The encoder input for `seg` at `tier` (default: its own tier)."""
+DEEPSEEK_OCR2 = "deepseek_ocr2"  # transformers' model_type; every other family takes DeepEncoder views
+
+
+def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimited_ocr") -> Views:
+    """The encoder input for `seg` at `tier` (default: its own tier), for a model whose config
+    has this `model_type`."""
     tier = tier or seg.tier
     if not tier.is_image:
         raise ValueError(f"a {tier.name} page has no image to encode")
+    if family == DEEPSEEK_OCR2:
+        return image_views(seg.image_at(tier), family)
     if tier is not Tier.GUNDAM:
         return Views(to_tensor(seg.image_at(tier)), None, (0, 0))
     master = seg.image_at(Tier.GUNDAM)
@@ -52,6 +65,22 @@ def views(seg: PageSegment, tier: Tier | None = None) -> Views:
     tiles = [master.crop((c * GUNDAM_TILE, r * GUNDAM_TILE, (c + 1) * GUNDAM_TILE, (r + 1) * GUNDAM_TILE))
              for r in range(rows) for c in range(cols)]
     return Views(to_tensor(seg.image_at(Tier.BASE)), torch.stack([to_tensor(t) for t in tiles]), (cols, rows))
+
+
+def image_views(image: Image.Image, family: str = "unlimited_ocr") -> Views:
+    """The encoder input for one tier image on its own (a global view; DeepSeek-OCR 2 adds crops)."""
+    if family != DEEPSEEK_OCR2:
+        return Views(to_tensor(image), None, (0, 0))
+    batch = _deepseek_ocr2_processor()(images=[image.convert("RGB")], return_tensors="pt")
+    local = batch.get("pixel_values_local")
+    return Views(batch["pixel_values"][0], local, (0, 0))
+
+
+@lru_cache(maxsize=1)
+def _deepseek_ocr2_processor() -> Any:
+    from transformers.models.deepseek_ocr2.image_processing_pil_deepseek_ocr2 import DeepseekOcr2ImageProcessorPil
+
+    return DeepseekOcr2ImageProcessorPil()
 
 
 @torch.no_grad()
@@ -69,8 +98,9 @@ def encode(model: Any, batch: list[Views]) -> list[torch.Tensor]:
         kwargs: dict[str, Any] = {}
         if tiled:
             kwargs = {"pixel_values_local": torch.cat([batch[i].local for i in idx]).to(device, dtype),  # type: ignore[misc]
-                      "num_local_patches": [len(batch[i].local) for i in idx],  # type: ignore[arg-type]
-                      "patches_grid": [list(batch[i].grid) for i in idx]}
+                      "num_local_patches": [len(batch[i].local) for i in idx]}  # type: ignore[arg-type]
+            if model.config.model_type != DEEPSEEK_OCR2:  # DeepEncoder lays its tiles out on a grid
+                kwargs["patches_grid"] = [list(batch[i].grid) for i in idx]
         pixels = torch.stack([batch[i].global_view for i in idx]).to(device, dtype)
         features = inner.get_image_features(pixels, **kwargs).pooler_output
         for i, f in zip(idx, features):

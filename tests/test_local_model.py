@@ -193,3 +193,79 @@ def test_embedding_from_a_reused_start_matches_the_full_embedding(optical, ctx):
     full = optical.embed(inputs)
     mid = inputs.spans[1][0] + 5  # inside a page's placeholder run
     assert torch.equal(optical.embed(inputs, mid), full[:, mid:])
+
+
+# -- DeepSeek-OCR 2 (DeepEncoder V2 views from transformers' own torch-free image processor) ------
+
+
+@pytest.fixture(scope="module")
+def tiny2():
+    from optictx.models import tiny_deepseek_ocr2
+
+    return tiny_deepseek_ocr2()
+
+
+@pytest.fixture(scope="module")
+def ctx2(sample, tiny2):
+    mem = Memory(vision="deepseek-ocr-2", budget=Budget(tokens=6000), keep_recent=2, tokenizer=tiny2[1])
+    for m in sample[:60]:
+        mem.add(m)
+    return mem.context()
+
+
+@pytest.mark.parametrize("tier", IMAGE_TIERS)
+def test_deepseek_ocr2_visual_tokens_per_tier_equal_its_cost_model(tiny2, ctx, tier):
+    model, _ = tiny2
+    (features,) = encode(model, [views(ctx.pages[0], tier, family="deepseek_ocr2")])
+    cost = get_cost_model("deepseek-ocr-2")
+    assert features.shape[0] == cost.image_tokens(tier, cost.tier_size(tier))
+    assert features.shape[0] == {Tier.TINY: 257, Tier.SMALL: 257}.get(tier, 256 + 4 * 144 + 1)
+
+
+def test_deepseek_ocr2_answers_with_full_attention_by_default_and_reuses_its_prefix(tiny2, ctx2, sample):
+    from transformers import DynamicCache
+
+    from optictx.models import OpticalModel
+
+    model, tok = tiny2
+    full, rswa = OpticalModel(model, tok, window=16), OpticalModel(model, tok, window=16, rswa=True)
+    assert not full.rswa and rswa.rswa
+    imaged = [s for s in ctx2.pages if s.tier.is_image]
+    inputs = full.inputs(ctx2, "total?")
+    assert [b - a for a, b in inputs.spans] == [s.tokens for s in imaged] and imaged
+    answer = full.answer(ctx2, "total?", max_new_tokens=20)
+    assert isinstance(full.last_cache, DynamicCache)
+    assert full.last_cache.get_seq_length() == len(inputs) + 20  # full attention keeps every token
+    rswa.answer(ctx2, "total?", max_new_tokens=20)
+    assert set(rswa.last_cache.stored_positions()) == {len(inputs) + 15}  # prompt + window - 1
+    # prefix reuse with a full-attention cache answers as a fresh prefill does
+    fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
+    mem = Memory(vision="deepseek-ocr-2", budget=Budget(tokens=6000), keep_recent=2, tokenizer=tok)
+    for m in sample[:50]:
+        mem.add(m)
+    for m in sample[50:56]:
+        mem.add(m)
+        ctx = mem.context()
+        assert full.answer(ctx, "next?", max_new_tokens=6) == fresh.answer(ctx, "next?", max_new_tokens=6)
+    assert sum(done for _, done in full.prefills[2:]) < 0.5 * sum(total for total, _ in full.prefills[2:])
+    assert answer == OpticalModel(model, tok, window=16).answer(ctx2, "total?", max_new_tokens=20)
+
+
+def test_a_context_fitted_for_another_model_is_refused(tiny2, ctx):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny2
+    with pytest.raises(ValueError, match="vision='deepseek-ocr-2'"):
+        OpticalModel(model, tok).inputs(ctx, "total?")  # ctx was fitted for unlimited-ocr
+
+
+def test_from_pretrained_picks_the_class_from_the_checkpoint(tmp_path, tiny2, ctx2):
+    from optictx.models import OpticalModel
+
+    model, tok = tiny2
+    model.save_pretrained(tmp_path / "ocr2")
+    tok.save_pretrained(tmp_path / "ocr2")
+    loaded = OpticalModel.from_pretrained(tmp_path / "ocr2")
+    assert type(loaded.model) is type(model) and not loaded.rswa
+    assert loaded.answer(ctx2, "total?", max_new_tokens=6) == OpticalModel(model, tok).answer(ctx2, "total?",
+                                                                                             max_new_tokens=6)
