@@ -126,8 +126,14 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
     placed = {tid for s in ctx.segments for tid in s.turn_ids} | {tid for p in ctx.gone for tid in p.turn_ids}
     assert placed == {t.id for t in mem.transcript()}
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
-    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 4, "recent": 5}
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "recent": 4}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+    # factsheet parts: the dropped turns' opens the pages; every other one follows its sealed page
+    for before, seg, kind in zip([None, *ctx.segments], ctx.segments, kinds):
+        if kind == "factsheet" and seg.text.startswith(mem.factsheet.gone_header):
+            assert before is None or before.kind in ("system", "pinned", "caption")
+        elif kind == "factsheet":
+            assert isinstance(before, PageSegment) and before.page.sealed and before.tier.is_image
 
 
 def test_default_ladder_by_age_then_budget_demotes_oldest_first():
