@@ -9,9 +9,9 @@ does: a byte-level vocabulary would make every turn 3.8x as long beside the same
 Before every assistant turn the agent calls the model, as an agent loop does (the assistant turns
 stand for what it would have generated; 4 new tokens each). Every call runs twice on the same
 context, with prefix reuse and without. Sessions: a budget of 8,192 positions (DeepSeek-OCR's
-context; nothing is dropped in 200 turns) and of 2,000 (old pages are dropped all along), each
-with AgeLadder(hold=1), the default, and hold=4. The tiny model's timings say nothing about a
-real checkpoint's; the token counts are what carry over.
+context; nothing is dropped in 200 turns) with AgeLadder(hold=1), the default, and hold=4; and
+of 2,000 (old pages are dropped from mid-session on), as is and with Memory(sticky_tiers=True).
+The tiny model's timings say nothing about a real checkpoint's; the token counts carry over.
 """
 
 from __future__ import annotations
@@ -46,14 +46,15 @@ def _timed(fn) -> float:
 
 
 VOCAB = 4096
+SESSIONS = [(8192, 1), (8192, 4), (2000, 1), (2000, 1, True)]  # (budget, AgeLadder hold, sticky tiers)
 
 
-def session(turns: int, budget: int, hold: int) -> dict:
+def session(turns: int, budget: int, hold: int, sticky: bool = False) -> dict:
     model, tok = tiny_unlimited_ocr(vocab_size=VOCAB)
     reuse = OpticalModel(model, tok, window=16)
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
     mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=budget), keep_recent=2, tokenizer=tok,
-                 ladder=AgeLadder(hold=hold))
+                 ladder=AgeLadder(hold=hold), sticky_tiers=sticky)
     msgs = sample_conversation(tasks=12)[:turns]
     rows = []
     for m in msgs:
@@ -79,7 +80,7 @@ def session(turns: int, budget: int, hold: int) -> dict:
     mean = lambda k: statistics.mean(r[k] for r in later)  # noqa: E731
     mean_new = statistics.mean(new_per_call[1:])
     return {
-        "budget": budget, "hold": hold, "turns": len(msgs), "calls": len(rows),
+        "budget": budget, "hold": hold, "sticky_tiers": sticky, "turns": len(msgs), "calls": len(rows),
         "prompt_mean": round(mean("prompt")), "prefilled_fresh_mean": round(mean("prefilled_fresh")),
         "prefilled_reuse_mean": round(mean("prefilled_reuse")), "new_tokens_mean": round(mean_new),
         "page_tokens_mean": round(mean("page_tokens")),
@@ -123,14 +124,15 @@ def main() -> None:
     for m in sample_conversation()[:20]:
         mem.add(m)
     result = {"encode_ms": encode_times(model, mem.context().pages[0]), **decode_speed(model, tok),
-              "sessions": [session(args.turns, budget, hold) for budget in (8192, 2000) for hold in (1, 4)]}
+              "sessions": [session(args.turns, *setup) for setup in SESSIONS]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"encode ms per page (tiny model, 1 thread): {result['encode_ms']}")
     print(f"prefill {result['prefill_tok_s']} tok/s, decode {result['decode_tok_s']} tok/s "
           f"(prompt {result['prompt']} positions)")
     for s in result["sessions"]:
-        print(f"session, budget {s['budget']}, AgeLadder(hold={s['hold']}): {s['turns']} turns, {s['calls']} calls, "
+        print(f"session, budget {s['budget']}, AgeLadder(hold={s['hold']}), sticky_tiers={s['sticky_tiers']}: "
+              f"{s['turns']} turns, {s['calls']} calls, "
               f"prompt {s['prompt_mean']} tokens on average")
         print(f"  prefilled per call: {s['prefilled_fresh_mean']} without reuse, {s['prefilled_reuse_mean']} with "
               f"(target <= new {s['new_tokens_mean']} + one page {s['page_tokens_mean']} = "

@@ -265,3 +265,29 @@ def test_within_budget_a_turn_that_seals_no_page_leaves_the_prompt_before_the_op
             unchanged += 1
         before = head(ctx)
     assert unchanged > 100
+
+
+def test_sticky_tiers_never_sharpen_a_page_again(sample):
+    """A big tool output in the recent window squeezes the pages; once it is packed the room comes
+    back. Without sticky tiers the squeezed pages come back sharper; with them they stay faded."""
+    big = {"role": "tool", "tool_call_id": "x1", "content": "row 42 ok\n" * 300}
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "x1", "type": "function", "function": {"name": "dump", "arguments": "{}"}}]}
+    rises = {}
+    for sticky in (False, True):
+        mem = Memory(budget=Budget(tokens=3000), keep_recent=2, sticky_tiers=sticky)
+        for m in sample[:120]:
+            mem.add(m)
+        seen: dict[int, int] = {}
+        rises[sticky] = 0
+        for m in [call, big, *sample[120:140]]:
+            mem.add(m)
+            ctx = mem.context()
+            assert ctx.tokens <= 3000
+            tiers = {s.page: s.tier.rank for s in ctx.pages} | {p: 0 for p in ctx.gone}  # 0: dropped
+            rises[sticky] += sum(rank > seen[p.index] for p, rank in tiers.items() if p.index in seen)
+            seen.update({p.index: rank for p, rank in tiers.items() if p.sealed})
+            if sticky:
+                again = mem.context(budget=Budget(tokens=9000))  # another budget: its own history
+                assert again.tokens > ctx.tokens
+    assert rises[True] == 0 < rises[False], rises

@@ -10,14 +10,14 @@ from optictx.store import _APP_ID, SCHEMA_VERSION
 
 def test_sqlite_memory_reopens_with_ids_settings_and_same_context(tmp_path, sample):
     path = tmp_path / "mem.db"
-    mem = Memory(store=path, budget=Budget(tokens=5000), keep_recent=3, vision="anthropic")
+    mem = Memory(store=path, budget=Budget(tokens=5000), keep_recent=3, vision="anthropic", sticky_tiers=True)
     for m in sample[:80]:
         mem.add(m)
     before = mem.context()
     again = Memory.open(path)
     assert [t.id for t in again.transcript()] == list(range(80))
     assert again.transcript() == mem.transcript()
-    assert again.vision.name == "anthropic" and again.keep_recent == 3
+    assert again.vision.name == "anthropic" and again.keep_recent == 3 and again.sticky_tiers
     after = again.context()
     assert [(p.page.digest, p.tier) for p in after.pages] == [(p.page.digest, p.tier) for p in before.pages]
     assert again.add({"role": "user", "content": "next"}).id == 80
