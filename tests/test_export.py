@@ -144,6 +144,18 @@ def test_text_tier_pages_and_broken_tool_json_export_cleanly():
     TypeAdapter(list[MessageParam]).validate_python(msgs)
 
 
+def test_a_factsheet_without_pages_is_still_exported():
+    mem = Memory(budget=Budget(tokens=300), keep_recent=1)
+    for i in range(40):
+        mem.add({"role": "user", "content": f"order {1_000_000 + i} shipped " + "filler words " * 60})
+    mem.add({"role": "user", "content": "ok"})
+    ctx = mem.context()
+    assert not ctx.pages and ctx.gone and "1000039" in ctx.factsheet  # every page dropped, strings kept
+    sent = ctx.to_openai()
+    assert sent[0]["content"] == [{"type": "text", "text": ctx.factsheet}]  # no caption: no pages
+    assert ctx.to_anthropic()[1][0]["content"][0]["text"] == ctx.factsheet
+
+
 def _run_example(name, env_extra=None, args=()):
     import os
     import subprocess
