@@ -8,6 +8,9 @@
    image, and every page image materialised at its tier. Same pages, same run.
 2. context() on a memory with 1,000 sealed pages (images not touched: they are lazy and cached).
 3. Mean time of 200 adds after the memory already holds N turns, for N = 100, 1k, 10k.
+4. An agent loop's turn: add() + context() + to_openai() (every page PNG-encoded, as sent), with
+   the open page sent as text (the default) vs as an image (`AgeLadder(unsealed=None)`, the
+   baseline): an open page that changes every turn is drawn and encoded again every turn.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import argparse
 from _common import best_of, clock, conversation_of
 from render import bare_pillow
 
-from optictx import Budget, Memory
+from optictx import AgeLadder, Budget, Memory
 
 
 def build(msgs, budget: int) -> tuple[Memory, float]:
@@ -83,6 +86,27 @@ def add_curve(sizes: list[int]) -> None:
         print(f"   N={n:>6}: {(clock() - t0) / 200 * 1e6:8.1f} us/add")
 
 
+def agent_loop(turns: int) -> None:
+    msgs = conversation_of(200_000)
+    warm, loop = msgs[:300], msgs[300 : 300 + turns]
+    mems = {name: Memory(budget=Budget(tokens=8192), keep_recent=4, ladder=ladder)
+            for name, ladder in (("open page as text", AgeLadder()), ("as an image", AgeLadder(unsealed=None)))}
+    times: dict[str, float] = dict.fromkeys(mems, 0.0)
+    for mem in mems.values():
+        for m in warm:
+            mem.add(m)
+        mem.context().to_openai()
+    for m in loop:  # interleaved: both see the same machine at the same moment
+        for name, mem in mems.items():
+            t0 = clock()
+            mem.add(m)
+            mem.context().to_openai()
+            times[name] += clock() - t0
+    text, image = (times[n] / len(loop) * 1000 for n in mems)
+    print(f"4. agent loop turn (add + context + to_openai), {len(loop)} turns after {len(warm)}: "
+          f"open page as text {text:.1f} ms, as an image {image:.1f} ms -> {image / text:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=100_000)
@@ -91,6 +115,7 @@ def main() -> None:
     floor_and_build(args.tokens // 10 if args.quick else args.tokens, 3 if args.quick else 5)
     context_latency(100 if args.quick else 1000)
     add_curve([100, 1000] if args.quick else [100, 1000, 10_000])
+    agent_loop(20 if args.quick else 100)
 
 
 if __name__ == "__main__":
