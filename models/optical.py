@@ -238,7 +238,7 @@ class OpticalModel:
         eos = self.tokenizer.eos_token_id
         done: list[int] = []
         shown = ""
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             scores = out.logits[:, -1, :].float()
             if guard is not None:
                 scores = guard(seq, scores)
@@ -251,7 +251,11 @@ class OpticalModel:
             if len(text) > len(shown) and not text.endswith("\ufffd"):  # whole characters only
                 yield text[len(shown):]
                 shown = text
-            out = self.model(input_ids=nxt, cache=cache, use_cache=True)
+            if step + 1 < max_new_tokens:  # the last token's logits would go unused
+                out = self.model(input_ids=nxt, cache=cache, use_cache=True)
+        text = self.tokenizer.decode(done, skip_special_tokens=True)
+        if len(text) > len(shown):  # what was held back for a character that never completed
+            yield text[len(shown):]
 
     def _prefill(self, inputs: OpticalInputs) -> tuple[Any, Any]:
         """Prefill the prompt into a new R-SWA cache, reusing the KV of the start it shares with the

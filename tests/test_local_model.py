@@ -96,7 +96,7 @@ def test_memory_to_answer_on_the_tiny_model_with_a_constant_kv_cache(optical, sa
     assert optical.answer(ctx, "What was the total?", max_new_tokens=40) == "".join(pieces)
     prompt = len(optical.inputs(ctx, "What was the total?"))
     cache = optical.last_cache
-    assert cache.get_seq_length() == prompt + 40  # absolute positions keep counting
+    assert cache.get_seq_length() == prompt + 39  # absolute positions keep counting (the 40th is not fed back)
     assert set(cache.stored_positions()) == {prompt + optical.window - 1}  # but holds prefix + window
 
 
@@ -235,7 +235,7 @@ def test_deepseek_ocr2_answers_with_full_attention_by_default_and_reuses_its_pre
     assert [b - a for a, b in inputs.spans] == [s.tokens for s in imaged] and imaged
     answer = full.answer(ctx2, "total?", max_new_tokens=20)
     assert isinstance(full.last_cache, DynamicCache)
-    assert full.last_cache.get_seq_length() == len(inputs) + 20  # full attention keeps every token
+    assert full.last_cache.get_seq_length() == len(inputs) + 19  # full attention keeps every token fed back
     rswa.answer(ctx2, "total?", max_new_tokens=20)
     assert set(rswa.last_cache.stored_positions()) == {len(inputs) + 15}  # prompt + window - 1
     # prefix reuse with a full-attention cache answers as a fresh prefill does
