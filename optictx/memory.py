@@ -6,8 +6,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,67 +19,15 @@ from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .packer import Packer, Page
+from .plan import Plan, cap_at, cap_images, safe_cuts, sheet_parts
 from .renderers import Layout, RenderConfig
-from .schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
+from .schedule import AgeLadder, OldestFirst, page_costs, schedule
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
-
-
-def safe_cuts(window: Sequence[Turn]) -> list[int]:
-    """Indices i where window[:i] may go to pages and window[i:] stay native text without a tool
-    result losing its call: no tool turn at or after i answers a call made before i, and none
-    answers a call that is not in the window at all."""
-    n = len(window)
-    blocked = [0] * (n + 2)  # difference array over cut positions
-    call_at: dict[str, int] = {}
-    for b, t in enumerate(window):
-        for cid in t.call_ids:
-            call_at[cid] = b
-        if t.role == "tool":
-            a = call_at.get(t.tool_call_id or "")
-            lo = 0 if a is None else a + 1
-            blocked[lo] += 1
-            blocked[b + 1] -= 1
-    cuts, run = [], 0
-    for i in range(n + 1):
-        run += blocked[i]
-        if run == 0:
-            cuts.append(i)
-    return cuts
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One scheduling outcome: window[:cut] joins the pages, and a tier for every page."""
-
-    cut: int
-    pages: list[Page]
-    tiers: list[Tier]
-    costs: list[PageCost]
-    other_tokens: int  # fixed and recent text
-    caption_tokens: int
-
-    @cached_property
-    def sent(self) -> list[Tier]:
-        """The tier each page is sent at: `tiers` are scheduled, possibly below a gate's floor."""
-        return [c.actual(t) for c, t in zip(self.costs, self.tiers)]
-
-    @cached_property
-    def page_tokens(self) -> int:
-        return sum(c.cost(t) for c, t in zip(self.costs, self.tiers))
-
-    @cached_property
-    def tokens(self) -> int:
-        """Everything but the factsheet."""
-        imaged = any(t is not Tier.GONE for t in self.tiers)
-        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged else 0)
-
-    def with_tiers(self, tiers: list[Tier]) -> _Plan:
-        return _Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
 
 
 def fact_text(turn: Turn) -> str:
@@ -361,7 +308,7 @@ class Memory:
                 del self._last_tiers[next(iter(self._last_tiers))]
         return self._assemble(fixed, plan, sheet, budget, model)
 
-    def _with_factsheet(self, plan: _Plan, budget: Budget) -> tuple[_Plan, dict[int, str]]:
+    def _with_factsheet(self, plan: Plan, budget: Budget) -> tuple[Plan, dict[int, str]]:
         """The factsheet for this plan, after demoting or dropping the oldest pages if it needs room.
 
         The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
@@ -387,25 +334,14 @@ class Memory:
             if plan.sent.count(Tier.GONE) > dropped:
                 lines = self._fact_lines(plan)
         kept = self.factsheet.select(lines, min(cap, budget.limit - plan.tokens), partial(self._sheet_cost, plan))
-        return plan, self._sheet_parts(plan, kept)
+        return plan, sheet_parts(plan, kept, self.factsheet.gone_header)
 
-    def _sheet_parts(self, plan: _Plan, lines: Sequence[tuple[int, str]]) -> dict[int, str]:
-        """Factsheet texts by place: -1 before the first page (dropped turns, under a header), i
-        right after page i of the plan (the turns that page is the last sealed image to show)."""
+    def _sheet_cost(self, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:
         assert self.factsheet is not None
-        where = {tid: i for i, (p, t) in enumerate(zip(plan.pages, plan.sent)) if t.is_image and p.sealed
-                 for tid in p.turn_ids}
-        groups: dict[int, list[str]] = {}
-        for tid, line in sorted(lines):
-            groups.setdefault(where.get(tid, -1), []).append(line)
-        if -1 in groups:
-            groups[-1].insert(0, self.factsheet.gone_header)
-        return {i: "\n".join(g) for i, g in groups.items()}
+        parts = sheet_parts(plan, lines, self.factsheet.gone_header)
+        return sum(self.tokenizer.count(text) for text in parts.values())
 
-    def _sheet_cost(self, plan: _Plan, lines: Sequence[tuple[int, str]]) -> int:
-        return sum(self.tokenizer.count(text) for text in self._sheet_parts(plan, lines).values())
-
-    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> _Plan:
+    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
         tok, window = self.tokenizer, self._window
         caption_tokens = tok.count(CAPTION)
@@ -425,17 +361,17 @@ class Memory:
             if tiers is None and room >= 0:
                 tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
             if tiers is not None and max_pages is not None:
-                tiers = _cap_images(tiers, costs, max_pages)
+                tiers = cap_images(tiers, costs, max_pages)
             if tiers is not None:
-                _cap_at(tiers, self._last_tiers.get((budget.limit, model.name), []))
-                return _Plan(cut, pages, tiers, costs, fixed_tokens + sum(recent_tokens[cut:]), caption_tokens)
+                cap_at(tiers, self._last_tiers.get((budget.limit, model.name), []))
+                return Plan(cut, pages, tiers, costs, fixed_tokens + sum(recent_tokens[cut:]), caption_tokens)
         raise BudgetError(
             f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
             f"allows {budget.limit}: short by {fixed_tokens - budget.limit}. Raise the budget or unpin turns.",
             shortfall=fixed_tokens - budget.limit,
         )
 
-    def _fact_lines(self, plan: _Plan) -> list[tuple[int, str]]:
+    def _fact_lines(self, plan: Plan) -> list[tuple[int, str]]:
         """Factsheet lines for the turns on sealed image pages and on dropped pages.
 
         Text pages need none, and neither does the page not sealed yet: it is the newest, so the
@@ -451,7 +387,7 @@ class Memory:
                 shown.update(facts[tid])
         return self.factsheet.lines(facts, self.tokenizer.count, gone, self._tool_turns & gone, shown)
 
-    def _assemble(self, fixed: list[TextSegment], plan: _Plan, sheet: dict[int, str], budget: Budget,
+    def _assemble(self, fixed: list[TextSegment], plan: Plan, sheet: dict[int, str], budget: Budget,
                   model: CostModel) -> Context:
         segs: list[TextSegment | PageSegment] = list(fixed)
 
@@ -513,20 +449,3 @@ class _Facts(Mapping[int, tuple[str, ...]]):
 
     def __len__(self) -> int:
         return len(self._ids)
-
-
-def _cap_at(tiers: list[Tier], last: Sequence[Tier]) -> None:
-    """No page sharper than it was `last` time (its first len(last) pages, sealed then). Both are
-    monotone in age, so their minimum is too, and it costs no more: the budget still holds."""
-    for i, was in enumerate(last[: len(tiers)]):
-        if tiers[i].rank > was.rank:
-            tiers[i] = was
-
-
-def _cap_images(tiers: list[Tier], costs: Sequence[PageCost], cap: int) -> list[Tier]:
-    """At most `cap` pages sent as images: the oldest beyond it are dropped (the budget only shrinks)."""
-    imaged = [i for i, (c, t) in enumerate(zip(costs, tiers)) if c.actual(t).is_image]
-    out = list(tiers)
-    for i in imaged[: max(0, len(imaged) - cap)]:
-        out[i] = Tier.GONE
-    return out
