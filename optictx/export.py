@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-def _page_parts_openai(parts_in: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}] if _has_pages(parts_in) else []
-    for p in parts_in:
+def _page_parts_openai(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}] if _has_pages(middle) else []
+    for p in middle:
         if isinstance(p, str):
             parts.append({"type": "text", "text": p})
         elif p.tier.is_image:
@@ -35,8 +35,8 @@ def _has_pages(middle: list[PageSegment | str]) -> bool:
 
 
 def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | str], list[Turn]]:
-    """System, pinned and recent turns, and what goes between them: the pages and the factsheet,
-    in the context's order (the sheet sits after the sealed pages, before the open one)."""
+    """System, pinned and recent turns, and what goes between them: the pages and the factsheet's
+    parts, in the context's order (each part sits beside the pages it belongs to)."""
     system = [s.turn for s in ctx.text_segments if s.kind == "system" and s.turn]
     pinned = [s.turn for s in ctx.text_segments if s.kind == "pinned" and s.turn]
     recent = [s.turn for s in ctx.text_segments if s.kind == "recent" and s.turn]
@@ -46,10 +46,10 @@ def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | st
 
 
 def to_openai(ctx: Context) -> list[dict[str, Any]]:
-    system, pinned, pages, recent = _groups(ctx)
+    system, pinned, middle, recent = _groups(ctx)
     messages = [t.to_openai() for t in (*system, *pinned)]
-    if pages:
-        messages.append({"role": "user", "content": _page_parts_openai(pages, ctx.vision.image_detail)})
+    if middle:
+        messages.append({"role": "user", "content": _page_parts_openai(middle, ctx.vision.image_detail)})
     messages.extend(t.to_openai() for t in recent)
     return messages
 
@@ -109,11 +109,11 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
-    system, pinned, pages, recent = _groups(ctx)
+    system, pinned, middle, recent = _groups(ctx)
     messages = [_anthropic_message(t) for t in pinned]
-    if pages:
-        blocks: list[dict[str, Any]] = [_text_block(CAPTION)] if _has_pages(pages) else []
-        for p in pages:
+    if middle:
+        blocks: list[dict[str, Any]] = [_text_block(CAPTION)] if _has_pages(middle) else []
+        for p in middle:
             if isinstance(p, str):
                 blocks.append(_text_block(p))
             elif p.tier.is_image:
