@@ -56,10 +56,8 @@ def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimite
     tier = tier or seg.tier
     if not tier.is_image:
         raise ValueError(f"a {tier.name} page has no image to encode")
-    if family == DEEPSEEK_OCR2:
+    if family == DEEPSEEK_OCR2 or tier is not Tier.GUNDAM:
         return image_views(seg.image_at(tier), family)
-    if tier is not Tier.GUNDAM:
-        return Views(to_tensor(seg.image_at(tier)), None, (0, 0))
     master = seg.image_at(Tier.GUNDAM)
     cols, rows = master.width // GUNDAM_TILE, master.height // GUNDAM_TILE
     tiles = [master.crop((c * GUNDAM_TILE, r * GUNDAM_TILE, (c + 1) * GUNDAM_TILE, (r + 1) * GUNDAM_TILE))
