@@ -378,7 +378,7 @@ class Memory:
         sharpest, and it changes with every turn; a sheet that followed it would change every
         turn too, and with it the prompt after it (prefix caches, `optictx.models`)."""
         assert self.factsheet is not None
-        imaged = {tid for p, t in zip(plan.pages, plan.sent) if t.is_image and p.sealed for tid in p.turn_ids}
+        imaged = plan.shown_by.keys()
         gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
         facts = _Facts(self, imaged | gone, {t.id: t for t in self._window})  # type: ignore[misc]
         shown: set[str] = set()

@@ -62,6 +62,14 @@ class Plan:
         imaged = any(t is not Tier.GONE for t in self.tiers)
         return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged else 0)
 
+    @cached_property
+    def shown_by(self) -> dict[int, int]:
+        """Turn id -> index of the last sealed page sent as an image that shows it (turns on the
+        open page, on text pages or only on dropped pages are not keys): the factsheet's imaged
+        turns, and where their lines go."""
+        return {tid: i for i, (p, t) in enumerate(zip(self.pages, self.sent)) if t.is_image and p.sealed
+                for tid in p.turn_ids}
+
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
 
@@ -70,11 +78,9 @@ def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) 
     """Factsheet texts by place: -1 before the first page (dropped turns' lines, under
     `gone_header`), i right after page i of the plan (the turns that page is the last sealed
     image to show). Lines in turn order, so a sealed page's new lines join the prompt at its end."""
-    where = {tid: i for i, (p, t) in enumerate(zip(plan.pages, plan.sent)) if t.is_image and p.sealed
-             for tid in p.turn_ids}
     groups: dict[int, list[str]] = {}
     for tid, line in sorted(lines):
-        groups.setdefault(where.get(tid, -1), []).append(line)
+        groups.setdefault(plan.shown_by.get(tid, -1), []).append(line)
     if -1 in groups:
         groups[-1].insert(0, gone_header)
     return {i: "\n".join(g) for i, g in groups.items()}
