@@ -6,7 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from .context import CAPTION, PageSegment
+from .context import PageSegment
 from .turns import Turn
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
 def _page_parts_openai(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [{"type": "text", "text": CAPTION}] if _has_pages(middle) else []
+    parts: list[dict[str, Any]] = []
     for p in middle:
         if isinstance(p, str):
             parts.append({"type": "text", "text": p})
@@ -30,18 +30,14 @@ def _page_parts_openai(middle: list[PageSegment | str], detail: str | None) -> l
     return parts
 
 
-def _has_pages(middle: list[PageSegment | str]) -> bool:
-    return any(isinstance(p, PageSegment) for p in middle)
-
-
 def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | str], list[Turn]]:
-    """System, pinned and recent turns, and what goes between them: the pages and the factsheet's
-    parts, in the context's order (each part sits beside the pages it belongs to)."""
+    """System, pinned and recent turns, and what goes between them, in the context's order: the
+    caption (there when pages are), the pages and the factsheet's parts (each beside its pages)."""
     system = [s.turn for s in ctx.text_segments if s.kind == "system" and s.turn]
     pinned = [s.turn for s in ctx.text_segments if s.kind == "pinned" and s.turn]
     recent = [s.turn for s in ctx.text_segments if s.kind == "recent" and s.turn]
     middle = [s if isinstance(s, PageSegment) else s.text for s in ctx.segments
-              if isinstance(s, PageSegment) or s.kind == "factsheet"]
+              if isinstance(s, PageSegment) or s.kind in ("caption", "factsheet")]
     return system, pinned, middle, recent
 
 
@@ -111,17 +107,8 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
     system, pinned, middle, recent = _groups(ctx)
     messages = [_anthropic_message(t) for t in pinned]
-    if middle:
-        blocks: list[dict[str, Any]] = [_text_block(CAPTION)] if _has_pages(middle) else []
-        for p in middle:
-            if isinstance(p, str):
-                blocks.append(_text_block(p))
-            elif p.tier.is_image:
-                blocks.append({"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                            "data": p.png_base64()}})
-            else:
-                blocks.append(_text_block(p.text))
-        messages.append({"role": "user", "content": blocks})
+    if middle:  # the OpenAI parts, each as its Anthropic block (a data URI becomes a base64 source)
+        messages.append({"role": "user", "content": [_anthropic_part(p) for p in _page_parts_openai(middle, None)]})
     messages.extend(_anthropic_message(t) for t in recent)
     return "\n\n".join(t.text for t in system), _merge_roles(messages)
 
