@@ -152,6 +152,34 @@ class VisualCache:
             self.bytes -= old.numel() * old.element_size()
 
 
+class Detokenizer:
+    """Token ids in, text out as soon as it is whole characters. Only the tokens since the last
+    line break are decoded again per token (a long OCR read stays linear), and decoding from a
+    line start keeps tokenizers that mark a word's leading space in its token right."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._line: list[int] = []  # tokens since the last yielded line break
+        self._shown = 0  # characters of their text already yielded
+
+    def add(self, token: int) -> str:
+        self._line.append(token)
+        text = self.tokenizer.decode(self._line, skip_special_tokens=True)
+        if len(text) <= self._shown or text.endswith("\ufffd"):  # an incomplete character: wait
+            return ""
+        piece, self._shown = text[self._shown :], len(text)
+        if text.endswith("\n"):
+            self._line, self._shown = [], 0
+        return piece
+
+    def flush(self) -> str:
+        """What was held back for a character that never completed."""
+        text = self.tokenizer.decode(self._line, skip_special_tokens=True)
+        piece = text[self._shown :]
+        self._line, self._shown = [], 0
+        return piece
+
+
 class OpticalModel:
     """An Unlimited OCR or DeepSeek-OCR 2 checkpoint answering questions about optictx contexts.
     One caller at a time: the prefix it reuses is the previous call's.
@@ -236,8 +264,7 @@ class OpticalModel:
                 guard: WindowedNGramGuard | None) -> Iterator[str]:
         seq = prompt_ids.to(out.logits.device)
         eos = self.tokenizer.eos_token_id
-        done: list[int] = []
-        shown = ""
+        text = Detokenizer(self.tokenizer)
         for step in range(max_new_tokens):
             scores = out.logits[:, -1, :].float()
             if guard is not None:
@@ -246,16 +273,12 @@ class OpticalModel:
             if eos is not None and int(nxt) == eos:
                 break
             seq = torch.cat([seq, nxt], dim=1)
-            done.append(int(nxt))
-            text = self.tokenizer.decode(done, skip_special_tokens=True)
-            if len(text) > len(shown) and not text.endswith("\ufffd"):  # whole characters only
-                yield text[len(shown):]
-                shown = text
+            if piece := text.add(int(nxt)):
+                yield piece
             if step + 1 < max_new_tokens:  # the last token's logits would go unused
                 out = self.model(input_ids=nxt, cache=cache, use_cache=True)
-        text = self.tokenizer.decode(done, skip_special_tokens=True)
-        if len(text) > len(shown):  # what was held back for a character that never completed
-            yield text[len(shown):]
+        if rest := text.flush():
+            yield rest
 
     def _prefill(self, inputs: OpticalInputs) -> tuple[Any, Any]:
         """Prefill the prompt into a new R-SWA cache, reusing the KV of the start it shares with the

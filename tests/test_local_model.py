@@ -100,6 +100,26 @@ def test_memory_to_answer_on_the_tiny_model_with_a_constant_kv_cache(optical, sa
     assert set(cache.stored_positions()) == {prompt + optical.window - 1}  # but holds prefix + window
 
 
+@pytest.mark.parametrize("vocab", [None, 4096])
+def test_streamed_pieces_are_whole_characters_and_add_up_to_the_decoded_text(vocab):
+    from optictx.models import tiny_tokenizer
+    from optictx.models.optical import Detokenizer
+
+    tok = tiny_tokenizer(vocab)
+    text = "total: 42 €\n第三个测试失败 🧪🔥\nשלום עולם\n  def f(x):\n\treturn x\n" * 3
+    ids = tok(text, add_special_tokens=False).input_ids
+    stream = Detokenizer(tok)
+    pieces = [stream.add(i) for i in ids]
+    pieces.append(stream.flush())
+    assert "".join(pieces) == tok.decode(ids) == text
+    assert not any("\ufffd" in p for p in pieces)  # no half of a character is ever shown
+    cut = tok("🧪", add_special_tokens=False).input_ids
+    if len(cut) > 1:  # an emoji split over tokens, the stream ending inside it: flushed, not lost
+        stream = Detokenizer(tok)
+        assert [stream.add(i) for i in cut[:-1]] == [""] * (len(cut) - 1)
+        assert stream.flush() == tok.decode(cut[:-1])
+
+
 def test_each_page_is_encoded_at_most_once_per_tier_over_a_session(sample):
     from optictx.models import OpticalModel
 
