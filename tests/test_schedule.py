@@ -221,12 +221,13 @@ def test_gated_page_is_sent_at_its_floor_not_blurred_further():
 
 
 def test_a_held_ladder_moves_older_tiers_only_once_per_block():
-    held = AgeLadder(hold=4)
-    assert AgeLadder().tiers(9) == AgeLadder(hold=1).tiers(9)
+    held, every = AgeLadder(hold=4), AgeLadder(hold=1)
     for n in range(8, 12):  # inside one block: the first 8 pages keep their tiers, new ones are LARGE
-        assert held.tiers(n)[:8] == AgeLadder().tiers(8)
+        assert held.tiers(n)[:8] == every.tiers(8)
         assert held.tiers(n)[8:] == [Tier.LARGE] * (n - 8)
-    assert held.tiers(12) == AgeLadder().tiers(12)  # the block is complete: aged as usual
+    assert held.tiers(12) == every.tiers(12)  # the block is complete: aged as usual
+    # The default holds pairs: a prompt prefix cache keeps its pages through every other seal.
+    assert [AgeLadder().tiers(n) for n in (8, 9)] == [every.tiers(8), [*every.tiers(8), Tier.LARGE]]
     with pytest.raises(ValueError, match="hold"):
         AgeLadder(hold=0)
 
