@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -19,20 +19,16 @@ from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .packer import Packer, Page
-from .plan import Plan, cap_at, cap_images, safe_cuts, sheet_parts
+from .plan import Plan, cap_at, cap_images, safe_cuts
 from .renderers import Layout, RenderConfig
 from .schedule import AgeLadder, OldestFirst, page_costs, schedule
+from .sheet import TurnFacts, with_factsheet
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
-
-
-def fact_text(turn: Turn) -> str:
-    """Where a turn's exact strings are: its text and its tool-call arguments."""
-    return " ".join([turn.text, *(c.function.arguments for c in turn.tool_calls)])
 
 
 def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
@@ -92,8 +88,8 @@ class Memory:
         # A page is never sent sharper than in the last context for the same budget and vision:
         # it fades and stays faded (a dropped page stays dropped). Under a tight budget the fitter
         # otherwise moves the newest pages up and down a tier as recent turns come and go, and a
-        # prompt that moves is prefilled again (benchmarks/local_model.py: 684 -> 526 tokens per
-        # call at 2,000 positions, for 3% of the budget left unused).
+        # prompt that moves is prefilled again (benchmarks/local_model.py: 703 -> 524 tokens per
+        # call at 2,000 positions, for 4% of the budget left unused).
         self.sticky_tiers = sticky_tiers
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
@@ -109,10 +105,9 @@ class Memory:
         self._window: list[Turn] = []
         self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
         self._page_tokens: list[int] = []  # text tokens of each sealed page
-        # Exact strings of packed turns, found the first time a context images them (most pages of
-        # a long memory never are); the turns themselves are read back from the store.
-        self._facts: dict[int, tuple[str, ...]] = {}
-        self._tool_turns: set[int] = set()  # ids of tool results: the factsheet ranks them last
+        # Exact strings of packed turns, found the first time a context images them; the turns
+        # themselves are read back from the store.
+        self._facts = TurnFacts(self._store.get)
         self._last_tiers: dict[tuple[int, str], list[Tier]] = {}  # sticky_tiers: (budget, vision) -> tiers
         self._count = 0
         self._text_total = 0
@@ -241,8 +236,7 @@ class Memory:
         self._count += 1
         n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
         self._text_total += n
-        if turn.role == "tool":
-            self._tool_turns.add(turn.id)
+        self._facts.note(turn)
         if turn.role == "system" or turn.pinned:
             (self._system if turn.role == "system" else self._pinned).append(turn)
         else:
@@ -300,46 +294,16 @@ class Memory:
         fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
         fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
         plan = self._plan(budget, model, sum(s.tokens for s in fixed), self.limits.page_cap(model.max_images))
-        plan, sheet = self._with_factsheet(plan, budget)
+        sheet: dict[int, str] = {}
+        if self.factsheet is not None:
+            plan, sheet = with_factsheet(plan, budget.limit, self.factsheet, self._facts, self.fitter, self._window,
+                                         self.tokenizer.count)
         if self.sticky_tiers:
             self._last_tiers.pop(key := (budget.limit, model.name), None)
             self._last_tiers[key] = plan.tiers[: len(self._packer.sealed)]
             while len(self._last_tiers) > 8:  # a few budgets in use at once, not every one ever asked
                 del self._last_tiers[next(iter(self._last_tiers))]
         return self._assemble(fixed, plan, sheet, budget, model)
-
-    def _with_factsheet(self, plan: Plan, budget: Budget) -> tuple[Plan, dict[int, str]]:
-        """The factsheet for this plan, after demoting or dropping the oldest pages if it needs room.
-
-        The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
-        record than the pages (a TINY page costs 73 tokens; the strings users and the agent named
-        on ~4 agent pages fit in as many). Its lines are taken again from the new plan, so the
-        turns it pushed out are listed first. `optictx niah`, 3 samples: at 10% of 32k/64k/100k
-        tokens of agent traffic 93/100/100% of needles kept this way, 80/73/77% when the sheet
-        could only shrink pages (BENCHMARKS.md).
-        """
-        if self.factsheet is None:
-            return plan, {}
-        lines = self._fact_lines(plan)
-        cap = self.factsheet.cap(budget.limit)
-        want = min(cap, self._sheet_cost(plan, lines)) if lines else 0
-        short = want - (budget.limit - plan.tokens)
-        if short > 0:
-            # The fitter only ever demotes, so it can go on from this plan with less room; with
-            # room 0 it drops every page, so it always returns tiers.
-            tiers = self.fitter.fit(list(plan.tiers), plan.costs, max(0, plan.page_tokens - short))
-            assert tiers is not None
-            dropped = plan.sent.count(Tier.GONE)
-            plan = plan.with_tiers(tiers)
-            if plan.sent.count(Tier.GONE) > dropped:
-                lines = self._fact_lines(plan)
-        kept = self.factsheet.select(lines, min(cap, budget.limit - plan.tokens), partial(self._sheet_cost, plan))
-        return plan, sheet_parts(plan, kept, self.factsheet.gone_header)
-
-    def _sheet_cost(self, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:
-        assert self.factsheet is not None
-        parts = sheet_parts(plan, lines, self.factsheet.gone_header)
-        return sum(self.tokenizer.count(text) for text in parts.values())
 
     def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> Plan:
         """Choose how many recent turns stay native (as many as fit) and every page's tier."""
@@ -370,22 +334,6 @@ class Memory:
             f"allows {budget.limit}: short by {fixed_tokens - budget.limit}. Raise the budget or unpin turns.",
             shortfall=fixed_tokens - budget.limit,
         )
-
-    def _fact_lines(self, plan: Plan) -> list[tuple[int, str]]:
-        """Factsheet lines for the turns on sealed image pages and on dropped pages.
-
-        Text pages need none, and neither does the page not sealed yet: it is the newest, so the
-        sharpest, and it changes with every turn; a sheet that followed it would change every
-        turn too, and with it the prompt after it (prefix caches, `optictx.models`)."""
-        assert self.factsheet is not None
-        imaged = plan.shown_by.keys()
-        gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
-        facts = _Facts(self, imaged | gone, {t.id: t for t in self._window})  # type: ignore[misc]
-        shown: set[str] = set()
-        if gone:  # strings that sealed image pages still show need no line for a dropped turn
-            for tid in imaged:
-                shown.update(facts[tid])
-        return self.factsheet.lines(facts, self.tokenizer.count, gone, self._tool_turns & gone, shown)
 
     def _assemble(self, fixed: list[TextSegment], plan: Plan, sheet: dict[int, str], budget: Budget,
                   model: CostModel) -> Context:
@@ -427,25 +375,3 @@ class Memory:
             "sealed_pages": len(self._packer.sealed),
             "vision": ctx.vision.name,
         }
-
-
-class _Facts(Mapping[int, tuple[str, ...]]):
-    """Turn id -> exact strings, found on first lookup: the factsheet reads only the turns it
-    lists, and a turn that left the window is read back from the store, not kept in RAM."""
-
-    def __init__(self, mem: Memory, ids: set[int], window: dict[int, Turn]) -> None:
-        self._mem, self._ids, self._window = mem, ids, window
-
-    def __getitem__(self, tid: int) -> tuple[str, ...]:
-        found = self._mem._facts.get(tid)
-        if found is None:
-            turn = self._window.get(tid) or self._mem._store.get([tid])[tid]
-            assert self._mem.factsheet is not None
-            found = self._mem._facts[tid] = self._mem.factsheet.extract(fact_text(turn))
-        return found
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)

@@ -1,5 +1,5 @@
 """A plan: which recent turns join the pages and the tier of every page, with the rules that cut
-and cap it (tool pairs kept whole, image caps, sticky tiers) and where the factsheet's lines go."""
+and cap it (tool pairs kept whole, image caps, sticky tiers)."""
 
 from __future__ import annotations
 
@@ -72,18 +72,6 @@ class Plan:
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
-
-
-def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) -> dict[int, str]:
-    """Factsheet texts by place: -1 before the first page (dropped turns' lines, under
-    `gone_header`), i right after page i of the plan (the turns that page is the last sealed
-    image to show). Lines in turn order, so a sealed page's new lines join the prompt at its end."""
-    groups: dict[int, list[str]] = {}
-    for tid, line in sorted(lines):
-        groups.setdefault(plan.shown_by.get(tid, -1), []).append(line)
-    if -1 in groups:
-        groups[-1].insert(0, gone_header)
-    return {i: "\n".join(g) for i, g in groups.items()}
 
 
 def cap_at(tiers: list[Tier], last: Sequence[Tier]) -> None:

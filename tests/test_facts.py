@@ -96,6 +96,11 @@ def test_factsheet_can_be_turned_off():
     mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None)
     _needles(mem)
     assert mem.context().factsheet == ""
+    # On a live memory too (the NIAH harness's optical-only context), and back on again.
+    mem.factsheet = Factsheet()
+    assert mem.context().factsheet
+    mem.factsheet = None
+    assert mem.context().factsheet == ""
 
 
 def test_dropped_turns_are_listed_first_and_marked_gone():

@@ -1,0 +1,124 @@
+"""The factsheet a context carries: which turns' strings it lists, where its lines go, and the
+room it takes from the pages. `facts.Factsheet` is the policy (ranking, caps); this is its use on
+one plan of a memory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+
+from .facts import Factsheet
+from .plan import Plan
+from .schedule import OldestFirst
+from .tiers import Tier
+from .turns import Turn
+
+Lines = list[tuple[int, str]]  # (turn id, line)
+
+
+def fact_text(turn: Turn) -> str:
+    """Where a turn's exact strings are: its text and its tool-call arguments."""
+    return " ".join([turn.text, *(c.function.arguments for c in turn.tool_calls)])
+
+
+class TurnFacts:
+    """Exact strings per turn id, found the first time a context needs them (most pages of a long
+    memory never are imaged), and which turns are tool results. `read(ids)` fetches turns that
+    are no longer in RAM (from the store), so a packed turn is not kept twice."""
+
+    def __init__(self, read: Callable[[list[int]], Mapping[int, Turn]]) -> None:
+        self._read = read
+        self._found: dict[int, tuple[str, ...]] = {}
+        self.tool_turns: set[int] = set()  # the factsheet ranks them after what people said
+
+    def note(self, turn: Turn) -> None:
+        if turn.role == "tool":
+            self.tool_turns.add(turn.id)  # type: ignore[arg-type]
+
+    def of(self, ids: set[int], sheet: Factsheet, window: Sequence[Turn]) -> Mapping[int, tuple[str, ...]]:
+        """A lazy mapping over `ids`: a turn is looked at (in `window`, else read) when listed."""
+        return _Lazy(self, ids, sheet, {t.id: t for t in window})  # type: ignore[misc]
+
+    def strings(self, tid: int, sheet: Factsheet, window: Mapping[int, Turn]) -> tuple[str, ...]:
+        found = self._found.get(tid)
+        if found is None:
+            turn = window.get(tid) or self._read([tid])[tid]
+            found = self._found[tid] = sheet.extract(fact_text(turn))
+        return found
+
+
+class _Lazy(Mapping[int, tuple[str, ...]]):
+    def __init__(self, facts: TurnFacts, ids: set[int], sheet: Factsheet, window: dict[int, Turn]) -> None:
+        self._facts, self._ids, self._sheet, self._window = facts, ids, sheet, window
+
+    def __getitem__(self, tid: int) -> tuple[str, ...]:
+        return self._facts.strings(tid, self._sheet, self._window)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[Turn],
+               count: Callable[[str], int]) -> Lines:
+    """Factsheet lines for the turns on sealed image pages and on dropped pages.
+
+    Text pages need none, and neither does the page not sealed yet: it is the newest, so the
+    sharpest, and it changes with every turn; a sheet that followed it would change every turn
+    too, and with it the prompt after it (prefix caches, `optictx.models`)."""
+    imaged = plan.shown_by.keys()
+    gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
+    strings = facts.of(imaged | gone, sheet, window)
+    shown: set[str] = set()
+    if gone:  # strings that sealed image pages still show need no line for a dropped turn
+        for tid in imaged:
+            shown.update(strings[tid])
+    return sheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
+
+
+def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) -> dict[int, str]:
+    """Factsheet texts by place: -1 before the first page (dropped turns' lines, under
+    `gone_header`), i right after page i of the plan (the turns that page is the last sealed
+    image to show). Lines in turn order, so a sealed page's new lines join the prompt at its end."""
+    groups: dict[int, list[str]] = {}
+    for tid, line in sorted(lines):
+        groups.setdefault(plan.shown_by.get(tid, -1), []).append(line)
+    if -1 in groups:
+        groups[-1].insert(0, gone_header)
+    return {i: "\n".join(g) for i, g in groups.items()}
+
+
+def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, fitter: OldestFirst,
+                   window: Sequence[Turn], count: Callable[[str], int]) -> tuple[Plan, dict[int, str]]:
+    """The factsheet for this plan under a budget of `limit` tokens, after demoting or dropping
+    the oldest pages if it needs room; returns the plan and the sheet's texts by place.
+
+    The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
+    record than the pages (a TINY page costs 73 tokens; the strings users and the agent named
+    on ~4 agent pages fit in as many). Its lines are taken again from the new plan, so the
+    turns it pushed out are listed first. `optictx niah`, 3 samples: at 10% of 32k/64k/100k
+    tokens of agent traffic 93/100/100% of needles kept this way, 80/73/77% when the sheet
+    could only shrink pages (BENCHMARKS.md).
+    """
+    lines = fact_lines(plan, sheet, facts, window, count)
+    cap = sheet.cap(limit)
+    want = min(cap, _cost(count, sheet, plan, lines)) if lines else 0
+    short = want - (limit - plan.tokens)
+    if short > 0:
+        # The fitter only ever demotes, so it can go on from this plan with less room; with
+        # room 0 it drops every page, so it always returns tiers.
+        tiers = fitter.fit(list(plan.tiers), plan.costs, max(0, plan.page_tokens - short))
+        assert tiers is not None
+        dropped = plan.sent.count(Tier.GONE)
+        plan = plan.with_tiers(tiers)
+        if plan.sent.count(Tier.GONE) > dropped:
+            lines = fact_lines(plan, sheet, facts, window, count)
+    kept = sheet.select(lines, min(cap, limit - plan.tokens), partial(_cost, count, sheet, plan))
+    return plan, sheet_parts(plan, kept, sheet.gone_header)
+
+
+def _cost(count: Callable[[str], int], sheet: Factsheet, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:
+    """Tokens of these lines as placed (one text per place, each with its own header or none)."""
+    return sum(count(text) for text in sheet_parts(plan, lines, sheet.gone_header).values())
