@@ -89,6 +89,10 @@ def test_small_grid_reader_backend_writes_everything_and_resumes(tmp_path):
     again = run(cfg)  # resumable: existing cells are read back, not rerun
     assert [p.stat().st_mtime_ns for p in cells] == stamps
     assert [r.found for r in again.cells] == [r.found for r in res.cells]
+    # Other settings into the same folder: the cells carry the same names but are not reused.
+    uuids = run(cfg.model_copy(update={"needle": "uuid", "api_key": "sk-secret"}))
+    assert all(len(r.values[0]) == 36 for r in uuids.cells)  # UUIDs, not the 7-digit numbers
+    assert "sk-secret" not in (tmp_path / "cells" / "settings.json").read_text()
 
 
 class _TextOnlyModel(BaseHTTPRequestHandler):

@@ -21,11 +21,13 @@ Baselines in the same cell: truncation (the newest turns that fit the budget as 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import random
 import re
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -364,11 +366,13 @@ def _cells(config: NiahConfig) -> list[Cell]:
 
 
 def run(config: NiahConfig, *, progress: bool = False) -> Results:
-    """Every cell of the grid; cells with a JSON in `out/cells` already are read back, not rerun."""
+    """Every cell of the grid. Cells with a JSON in `out/cells` already are read back, not rerun,
+    while the settings and the code that computed them are this run's (`out/cells/settings.json`)."""
     from .niah_report import write_outputs
 
     folder = Path(config.out) / "cells"
     folder.mkdir(parents=True, exist_ok=True)
+    _forget_stale_cells(folder, config, progress)
     done, todo = {}, []
     for cell in _cells(config):
         path = folder / f"{cell.name}.json"
@@ -386,6 +390,38 @@ def run(config: NiahConfig, *, progress: bool = False) -> Results:
     results = Results(config, [done[c] for c in _cells(config)])
     results.paths = write_outputs(results)
     return results
+
+
+# Settings that change a cell's result without changing its name (the grid axes name it).
+_GRID = {"lengths", "depths", "depth_spacing", "budgets", "samples", "workers", "out", "api_key"}
+
+
+def _settings_stamp(config: NiahConfig) -> str:
+    """The settings and the code that computed the cells: a cell from other ones is not this
+    run's result (another needle kind, haystack or reader, or code changed since)."""
+    import optictx
+    import renderers
+
+    settings = config.model_dump(mode="json", exclude=_GRID)  # the API key stays out of files
+    code = hashlib.sha256()
+    for pkg in (Path(optictx.__file__).parent, Path(renderers.__file__).parent):
+        for path in sorted(pkg.rglob("*.py")):
+            code.update(path.relative_to(pkg).as_posix().encode() + b"\0" + path.read_bytes())
+    return json.dumps({"settings": settings, "code": code.hexdigest()}, sort_keys=True)
+
+
+def _forget_stale_cells(folder: Path, config: NiahConfig, progress: bool) -> None:
+    """Cells are read back on the next run only while the settings and code that made them hold."""
+    marker, stamp = folder / "settings.json", _settings_stamp(config)
+    if marker.is_file() and marker.read_text() == stamp:
+        return
+    stale = [p for p in folder.glob("*.json") if p != marker]
+    for p in stale:
+        p.unlink()
+    if stale and progress:
+        print(f"{folder}: settings or code changed since its {len(stale)} cells were computed; running them again",
+              file=sys.stderr)
+    marker.write_text(stamp)
 
 
 class _Inline:
