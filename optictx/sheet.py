@@ -29,6 +29,7 @@ class TurnFacts:
     def __init__(self, read: Callable[[list[int]], Mapping[int, Turn]]) -> None:
         self._read = read
         self._found: dict[int, tuple[str, ...]] = {}
+        self._finder: object = None  # what found them: a factsheet with another finder starts over
         self.tool_turns: set[int] = set()  # the factsheet ranks them after what people said
 
     def note(self, turn: Turn) -> None:
@@ -37,6 +38,8 @@ class TurnFacts:
 
     def of(self, ids: set[int], sheet: Factsheet, window: Sequence[Turn]) -> Mapping[int, tuple[str, ...]]:
         """A lazy mapping over `ids`: a turn is looked at (in `window`, else read) when listed."""
+        if sheet.finder is not self._finder:
+            self._found, self._finder = {}, sheet.finder
         return _Lazy(self, ids, sheet, {t.id: t for t in window})  # type: ignore[misc]
 
     def strings(self, tid: int, sheet: Factsheet, window: Mapping[int, Turn]) -> tuple[str, ...]:

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from optictx import Budget, Memory, Tier
@@ -101,6 +103,9 @@ def test_factsheet_can_be_turned_off():
     assert mem.context().factsheet
     mem.factsheet = None
     assert mem.context().factsheet == ""
+    # Another finder on the same memory: its own strings, not the ones the last one found.
+    mem.factsheet = Factsheet(finder=lambda text: ["MARK"] if "7" in text else [])
+    assert "MARK" in mem.context().factsheet and not re.search(r"\d{7}", mem.context().factsheet)
 
 
 def test_dropped_turns_are_listed_first_and_marked_gone():
