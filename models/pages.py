@@ -3,8 +3,10 @@
 Unlimited OCR / DeepSeek-OCR (DeepEncoder): Tiny, Small, Base and Large send one global view at
 the tier's side; Gundam sends a 1024 global view and 640-px tiles of the 1280 master (2 x 2 for a
 square page). These views are built here, not by transformers' `UnlimitedOcrImageProcessor`: that
-processor needs torchvision, which has no build beside the CPU torch this project installs. For
-pages already at the target size (every tier image is) it only rescales and normalizes, as here.
+processor needs torchvision, which has no build beside the CPU torch this project installs. Where
+torchvision is installed, `tests/test_local_model.py` compares them with the processor's: equal
+at Tiny, Small, Base and Large (tier images are at their side already, so it only rescales and
+normalizes) and for Gundam's tiles; Gundam's global view within 2 of 255 levels (both bicubic).
 
 DeepSeek-OCR 2 (DeepEncoder V2): transformers' own torch-free `DeepseekOcr2ImageProcessorPil`
 makes the views from the tier image: a 1024 global view (256 queries), plus 768-px crops (144
@@ -62,7 +64,10 @@ def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimite
     cols, rows = master.width // GUNDAM_TILE, master.height // GUNDAM_TILE
     tiles = [master.crop((c * GUNDAM_TILE, r * GUNDAM_TILE, (c + 1) * GUNDAM_TILE, (r + 1) * GUNDAM_TILE))
              for r in range(rows) for c in range(cols)]
-    return Views(to_tensor(seg.image_at(Tier.BASE)), torch.stack([to_tensor(t) for t in tiles]), (cols, rows))
+    # The global view is the master scaled by bicubic, as transformers' UnlimitedOcrImageProcessor
+    # scales it (within 2 of 255 levels), not the BASE tier image, which is scaled for legibility.
+    scaled = master.convert("RGB").resize((GUNDAM_GLOBAL, GUNDAM_GLOBAL), Image.Resampling.BICUBIC)
+    return Views(to_tensor(scaled), torch.stack([to_tensor(t) for t in tiles]), (cols, rows))
 
 
 def image_views(image: Image.Image, family: str = "unlimited_ocr") -> Views:

@@ -46,6 +46,26 @@ def test_visual_tokens_per_tier_equal_the_cost_model(tiny, ctx, tier):
                                  Tier.GUNDAM: 273 + 10 * 2 * (10 * 2 + 1)}[tier]
 
 
+@pytest.mark.parametrize("tier", IMAGE_TIERS)
+def test_views_are_what_transformers_unlimited_ocr_processor_makes(ctx, tier):
+    """Only where torchvision installs (not beside this project's CPU torch, so not in CI): a
+    venv with `pip install torch==2.14.1 torchvision==0.29.1 transformers` runs it."""
+    pytest.importorskip("torchvision", reason="transformers' UnlimitedOcrImageProcessor needs torchvision")
+    from transformers.models.unlimited_ocr.image_processing_unlimited_ocr import UnlimitedOcrImageProcessor
+
+    seg, processor = ctx.pages[0], UnlimitedOcrImageProcessor()
+    ours = views(seg, tier)
+    if tier is Tier.GUNDAM:  # the master, cropped into tiles beside a 1024 global view
+        theirs = processor(images=[seg.image_at(tier)], return_tensors="pt")
+        local = torch.stack(list(theirs["pixel_values_local"])).reshape(ours.local.shape)
+        assert [list(ours.grid)] == theirs["patches_grid"] and torch.allclose(ours.local, local, atol=1e-6)
+        assert (ours.global_view - theirs["pixel_values"][0]).abs().max() <= 2.5 / 127.5  # bicubic both
+    else:  # a global view at the tier's side, as each mode is run (no crops)
+        side = {"height": tier.side, "width": tier.side}
+        theirs = processor(images=[seg.image_at(tier)], crop_to_patches=False, size=side, return_tensors="pt")
+        assert ours.local is None and torch.allclose(ours.global_view, theirs["pixel_values"][0], atol=1e-6)
+
+
 def test_a_scheduled_context_encodes_to_exactly_its_page_tokens(tiny, ctx):
     model, _ = tiny
     imaged = [s for s in ctx.pages if s.tier.is_image]
