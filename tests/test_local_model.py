@@ -47,22 +47,26 @@ def test_visual_tokens_per_tier_equal_the_cost_model(tiny, ctx, tier):
 
 
 @pytest.mark.parametrize("tier", IMAGE_TIERS)
-def test_views_are_what_transformers_unlimited_ocr_processor_makes(ctx, tier):
+def test_views_are_what_transformers_unlimited_ocr_processor_makes(tiny, ctx, tier):
     """Only where torchvision installs (not beside this project's CPU torch, so not in CI): a
     venv with `pip install torch==2.14.1 torchvision==0.29.1 transformers` runs it."""
     pytest.importorskip("torchvision", reason="transformers' UnlimitedOcrImageProcessor needs torchvision")
     from transformers.models.unlimited_ocr.image_processing_unlimited_ocr import UnlimitedOcrImageProcessor
+    from transformers.models.unlimited_ocr.processing_unlimited_ocr import UnlimitedOcrProcessor
 
-    seg, processor = ctx.pages[0], UnlimitedOcrImageProcessor()
+    seg, processor = ctx.pages[0], UnlimitedOcrProcessor(UnlimitedOcrImageProcessor(), tiny[1])
     ours = views(seg, tier)
-    if tier is Tier.GUNDAM:  # the master, cropped into tiles beside a 1024 global view
-        theirs = processor(images=[seg.image_at(tier)], return_tensors="pt")
+    # Gundam: the master, cropped into tiles beside a 1024 global view; the others: a global view
+    # at the tier's side, as each mode is run (no crops).
+    mode = {} if tier is Tier.GUNDAM else {"crop_to_patches": False, "size": {"height": tier.side, "width": tier.side}}
+    theirs = processor(images=[seg.image_at(tier)], text="<image>\nFree OCR.", return_tensors="pt", **mode)
+    placeholders = int((theirs["input_ids"] == processor.image_token_id).sum())
+    assert placeholders == get_cost_model("unlimited-ocr").page_tokens(tier)
+    if tier is Tier.GUNDAM:
         local = torch.stack(list(theirs["pixel_values_local"])).reshape(ours.local.shape)
         assert [list(ours.grid)] == theirs["patches_grid"] and torch.allclose(ours.local, local, atol=1e-6)
         assert (ours.global_view - theirs["pixel_values"][0]).abs().max() <= 2.5 / 127.5  # bicubic both
-    else:  # a global view at the tier's side, as each mode is run (no crops)
-        side = {"height": tier.side, "width": tier.side}
-        theirs = processor(images=[seg.image_at(tier)], crop_to_patches=False, size=side, return_tensors="pt")
+    else:
         assert ours.local is None and torch.allclose(ours.global_view, theirs["pixel_values"][0], atol=1e-6)
 
 
