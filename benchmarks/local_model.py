@@ -11,8 +11,8 @@ stand for what it would have generated; 4 new tokens each); every 8th call runs 
 prefix reuse, and the two answers are compared. Setups: a budget of 8,192 positions
 (DeepSeek-OCR's context; nothing is dropped in 200 turns) with the default ladder (hold=2),
 hold=1 and hold=4; a ladder that never fades (every page LARGE for good: what seals cost by
-themselves); and a budget of 2,000 (old pages are dropped from mid-session on), as is and with
-Memory(sticky_tiers=True).
+themselves); a budget of 2,000 (old pages are dropped from mid-session on), as is and with
+Memory(sticky_tiers=True); and the tiny DeepSeek-OCR 2 at 8,192 (its pages cost 257 or 833).
 The tiny model's timings say nothing about a real checkpoint's; the token counts carry over.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from optictx import AgeLadder, Budget, Memory, Tier
 from optictx.memory import turn_tokens
-from optictx.models import OpticalModel, encode, tiny_unlimited_ocr, views
+from optictx.models import OpticalModel, encode, tiny_deepseek_ocr2, tiny_unlimited_ocr, views
 from optictx.sample import sample_conversation
 
 
@@ -59,6 +59,7 @@ class Setup:
     budget: int
     ladder: AgeLadder | None = None  # the default ladder
     sticky: bool = False
+    vision: str = "unlimited-ocr"  # or "deepseek-ocr-2": its tiny model, full attention
 
 
 SETUPS = [
@@ -69,14 +70,16 @@ SETUPS = [
     Setup("no fading (floor)", 65536, AgeLadder(steps=(), rest=Tier.LARGE)),
     Setup("default", 2000),
     Setup("sticky_tiers", 2000, sticky=True),
+    Setup("DeepSeek-OCR 2, default", 8192, vision="deepseek-ocr-2"),
 ]
 
 
 def session(turns: int, setup: Setup) -> dict:
-    model, tok = tiny_unlimited_ocr(vocab_size=VOCAB)
+    tiny = tiny_deepseek_ocr2 if setup.vision == "deepseek-ocr-2" else tiny_unlimited_ocr
+    model, tok = tiny(vocab_size=VOCAB)
     reuse = OpticalModel(model, tok, window=16)
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
-    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=setup.budget), keep_recent=2, tokenizer=tok,
+    mem = Memory(vision=setup.vision, budget=Budget(tokens=setup.budget), keep_recent=2, tokenizer=tok,
                  ladder=setup.ladder or AgeLadder(), sticky_tiers=setup.sticky)
     msgs = sample_conversation(tasks=12)[:turns]
     question = len(tok(f"USER: {QUESTION}\nASSISTANT:", add_special_tokens=False).input_ids)  # as build_inputs ends
