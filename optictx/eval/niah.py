@@ -400,7 +400,7 @@ def _settings_stamp(config: NiahConfig) -> str:
     """The settings and the code that computed the cells: a cell from other ones is not this
     run's result (another needle kind, haystack or reader, or code changed since)."""
     import optictx
-    import renderers
+    from optictx import renderers  # installed inside optictx: no top-level `renderers` outside a checkout
 
     settings = config.model_dump(mode="json", exclude=_GRID)  # the API key stays out of files
     code = hashlib.sha256()
