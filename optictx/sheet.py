@@ -31,6 +31,7 @@ class TurnFacts:
         self._found: dict[int, tuple[str, ...]] = {}
         self._finder: object = None  # what found them: a factsheet with another finder starts over
         self.tool_turns: set[int] = set()  # the factsheet ranks them after what people said
+        self.lines_cache: dict[tuple[object, ...], Lines] = {}  # see fact_lines
 
     def note(self, turn: Turn) -> None:
         if turn.role == "tool":
@@ -71,6 +72,18 @@ def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[
     Text pages need none, and neither does the page not sealed yet: it is the newest, so the
     sharpest, and it changes with every turn; a sheet that followed it would change every turn
     too, and with it the prompt after it (prefix caches, `optictx.models`)."""
+    # The lines follow from which pages are dropped and which sealed ones are images, nothing
+    # else: the same split gives the same lines. Walking every dropped turn again is most of a
+    # context() over a thousand pages, and most calls (after an add, before a seal) repeat a split.
+    split = tuple((p.index if p.sealed else p.turn_ids, t is Tier.GONE) for p, t in zip(plan.pages, plan.sent)
+                  if t is Tier.GONE or (p.sealed and t.is_image))
+    key = (sheet, count, split)
+    try:
+        found = facts.lines_cache.get(key)
+    except TypeError:  # a finder that cannot be hashed: no cache
+        found, key = None, None
+    if found is not None:
+        return found
     imaged = plan.shown_by.keys()
     gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
     strings = facts.of(imaged | gone, sheet, window)
@@ -78,7 +91,12 @@ def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[
     if gone:  # strings that sealed image pages still show need no line for a dropped turn
         for tid in imaged:
             shown.update(strings[tid])
-    return sheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
+    lines = sheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
+    if key is not None:
+        facts.lines_cache[key] = lines
+        while len(facts.lines_cache) > 8:  # a few budgets in use at once
+            del facts.lines_cache[next(iter(facts.lines_cache))]
+    return lines
 
 
 def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) -> dict[int, str]:

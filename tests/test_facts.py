@@ -149,3 +149,29 @@ def test_long_runs_are_scanned_in_linear_time(unit):
     text = unit * (200_000 // len(unit))
     found = find_facts(text + " commit ee7653c9bc8d")
     assert found[-1] == "ee7653c9bc8d"
+
+
+class _UnhashableFinder:
+    __hash__ = None  # type: ignore[assignment]
+
+    def __call__(self, text):
+        return re.findall(r"\d{7}", text)
+
+
+def test_a_context_built_along_a_session_has_the_sheet_a_fresh_memory_builds(sample):
+    """Lines are cached per split of dropped and imaged pages: a memory that built a context
+    after every turn, with budgets taking turns, must show what a memory built from scratch shows."""
+    budgets = [Budget(tokens=1500), Budget(tokens=4000)]
+    live = Memory(budget=budgets[0], keep_recent=2)
+    for i, m in enumerate(sample[:160]):
+        live.add(m)
+        live.context(budget=budgets[i % 2])
+        if i % 40 == 39:
+            fresh = Memory(budget=budgets[0], keep_recent=2)
+            for t in sample[: i + 1]:
+                fresh.add(t)
+            for b in budgets:
+                assert live.context(budget=b).factsheet == fresh.context(budget=b).factsheet
+    odd = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=Factsheet(finder=_UnhashableFinder()))
+    _needles(odd, 60)
+    assert "1000000" in odd.context().factsheet and odd.context().factsheet == odd.context().factsheet
