@@ -50,7 +50,7 @@ def _timed(fn) -> float:
 
 VOCAB = 4096
 QUESTION = "What next?"
-CHECK_EVERY = 8  # calls between runs without reuse: the same answer must come out
+CHECK_EVERY = 8  # calls between runs without reuse, whose answers are compared with the reused ones
 
 
 @dataclass(frozen=True)
