@@ -146,7 +146,7 @@ def decode_speed(model, tok) -> dict[str, float]:
     t_prefill = min(_timed(lambda: om._prefill(inputs)) for _ in range(3))
     n = 64
     t_all = _timed(lambda: om.answer(ctx, "q", max_new_tokens=n))
-    return {"prompt": len(inputs), "prefill_tok_s": round(len(inputs) / t_prefill),
+    return {"prompt": inputs.length, "prefill_tok_s": round(inputs.length / t_prefill),
             "decode_tok_s": round(n / max(1e-9, t_all - t_prefill))}
 
 

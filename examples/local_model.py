@@ -34,7 +34,7 @@ ctx = mem.context()
 print(ctx.report())
 
 question = "Which test failed, and what was the fix?"
-guard = WindowedNGramGuard(35, 128, prompt_length=len(model.inputs(ctx, question)))
+guard = WindowedNGramGuard(35, 128, prompt_length=model.inputs(ctx, question).length)
 for piece in model.stream(ctx, question, max_new_tokens=64, guard=guard):
     print(piece, end="", flush=True)
 print()

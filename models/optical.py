@@ -15,9 +15,7 @@ full attention, decodes with it unless `rswa=True`).
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,8 @@ from typing import Any
 import torch
 from PIL import Image
 
-from optictx.context import Context, PageSegment, TextSegment
+from optictx.context import Context, PageSegment
+from optictx.lru import LRU
 from optictx.readers import OCR_PROMPTS, CachedReader
 from optictx.tiers import Tier
 
@@ -42,45 +41,59 @@ FAMILIES = {
 _TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}
 
 
-@dataclass
-class OpticalInputs:
-    """A context as model input: token ids with one placeholder run per imaged page."""
+@dataclass(eq=False)
+class OpticalInputs(Mapping[str, torch.Tensor]):
+    """A context as model input: token ids with one placeholder run per imaged page.
+
+    Indexed like transformers' `BatchFeature` (`inputs["input_ids"]`, `inputs["attention_mask"]`,
+    `model.generate(**inputs)`); besides, what prefix reuse needs: the pages, their placeholder
+    runs, and a key and end per prompt piece."""
 
     input_ids: torch.Tensor  # (1, length)
     pages: list[PageSegment]  # the imaged pages, in prompt order
     spans: list[tuple[int, int]]  # each page's placeholder run: [start, end) in input_ids
     image_token_id: int
-    keys: list[str] = field(default_factory=list)  # one per prompt piece, for prefix reuse
+    keys: list[str] = field(default_factory=list)  # one per prompt piece (`Piece.key`), for prefix reuse
     ends: list[int] = field(default_factory=list)  # where each piece ends in input_ids
 
     def common_prefix(self, other: OpticalInputs | None) -> int:
-        """Tokens at the start that `other` has identically (same pieces, so same KV)."""
-        n = 0
-        if other is not None:
-            for key, end, k2 in zip(self.keys, self.ends, other.keys):
-                if key != k2:
-                    break
-                n = end
-        return n
+        """Tokens at the start that `other` has identically: the end of the longest run of equal
+        piece keys (same pieces, so same KV)."""
+        if other is None:
+            return 0
+        n = next((i for i, (a, b) in enumerate(zip(self.keys, other.keys)) if a != b), min(len(self.keys),
+                                                                                          len(other.keys)))
+        return self.ends[n - 1] if n else 0
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.ones_like(self.input_ids)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in _MODEL_INPUTS:
+            raise KeyError(f"{name!r}: OpticalInputs holds {', '.join(_MODEL_INPUTS)}")
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_MODEL_INPUTS)
 
     def __len__(self) -> int:
+        return len(_MODEL_INPUTS)
+
+    @property
+    def length(self) -> int:
+        """Prompt length in tokens."""
         return self.input_ids.shape[1]
 
 
-def _role(seg: TextSegment) -> str:
-    """A turn's own role; the caption and the factsheet, which no one said, are SYSTEM."""
-    return seg.turn.role.upper() if seg.turn is not None else "SYSTEM"
+_MODEL_INPUTS = ("input_ids", "attention_mask")
 
 
 def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id: int | None = None) -> OpticalInputs:
-    """`ctx` as one prompt for `tokenizer` (a tokenizer, or a processor holding one).
-
-    TEXT-tier pages go in as their drawn text, and recent turns as a page would draw them (their
-    header "#id ROLE", then their lines), so the prompt only grows at its end while turns move
-    from the recent window onto the open page. Each piece (a page, a turn, a factsheet line) is
-    tokenized on its own, so a piece that did not change tokenizes the same in the next turn's
-    prompt (the prefix-reuse contract).
-    """
+    """`ctx` as one prompt for `tokenizer` (a tokenizer, or a processor holding one): its pieces
+    in order (`Context.pieces`), each tokenized on its own, so a piece that did not change
+    tokenizes the same in the next turn's prompt (the prefix-reuse contract); an image page is
+    a run of placeholders as long as the positions the cost model charged; the question last."""
     tok = getattr(tokenizer, "tokenizer", tokenizer)
     image_id = image_token_id if image_token_id is not None else tok.convert_tokens_to_ids(
         getattr(tok, "image_token", "<image>"))
@@ -89,34 +102,18 @@ def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id:
 
     ids: list[int] = [tok.bos_token_id] if tok.bos_token_id is not None else []
     keys, ends, pages, spans = ["bos"], [len(ids)], [], []
-
-    def text(piece: str) -> None:
-        ids.extend(tok(piece, add_special_tokens=False).input_ids)
-        keys.append("t:" + hashlib.sha256(piece.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+    for piece in ctx.pieces:
+        if piece.image is not None:
+            spans.append((len(ids), len(ids) + piece.image.tokens))
+            ids.extend([image_id] * piece.image.tokens)
+            pages.append(piece.image)
+        ids.extend(tok(piece.prompt, add_special_tokens=False).input_ids)
+        keys.append(piece.key)
         ends.append(len(ids))
-
-    for seg in ctx.segments:
-        if isinstance(seg, PageSegment):
-            if seg.tier is not Tier.TEXT:
-                spans.append((len(ids), len(ids) + seg.tokens))
-                ids.extend([image_id] * seg.tokens)
-                pages.append(seg)
-                keys.append(f"p:{seg.page.digest}:{seg.tier.value}")
-                ends.append(len(ids))
-                text("\n")
-            elif seg.page.sealed:
-                text(f"PAGE: {seg.text}\n")
-            else:  # the open page grows turn by turn: one piece per turn keeps the old pieces' KV
-                for _, lines in itertools.groupby(seg.page.entries, key=lambda e: e.turn_id):
-                    text("\n".join(e.line.text for e in lines) + "\n")
-        elif seg.kind == "recent" and seg.drawn is not None:
-            text(seg.drawn + "\n")  # as the open page will show it: moving there changes no token
-        elif seg.kind == "factsheet":  # a line per piece: a new line joins at the end
-            for line in seg.text.split("\n"):
-                text(f"{line}\n")
-        else:
-            text(f"{_role(seg)}: {seg.text}\n")
-    text(f"USER: {question}\nASSISTANT:")
+    question_piece = f"USER: {question}\nASSISTANT:"
+    ids.extend(tok(question_piece, add_special_tokens=False).input_ids)
+    keys.append("q:" + hashlib.sha256(question_piece.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+    ends.append(len(ids))
     return OpticalInputs(torch.tensor([ids], dtype=torch.long), pages, spans, image_id, keys, ends)
 
 
@@ -124,32 +121,27 @@ class VisualCache:
     """Visual tokens per (page digest, tier), least recently used out first, bounded in bytes."""
 
     def __init__(self, max_bytes: int = 512 * 2**20) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
         self.encodes: dict[tuple[str, Tier], int] = {}  # how often each (page, tier) was encoded
-        self._d: OrderedDict[tuple[str, Tier], torch.Tensor] = OrderedDict()
+        self._lru: LRU[tuple[str, Tier], torch.Tensor] = LRU(
+            max_bytes=max_bytes, size_of=lambda t: t.numel() * t.element_size())
+
+    @property
+    def bytes(self) -> int:
+        return self._lru.bytes
+
+    def __len__(self) -> int:
+        return len(self._lru)
 
     def features(self, model: Any, pages: list[PageSegment]) -> list[torch.Tensor]:
         keys = [(p.page.digest, p.tier) for p in pages]
-        found = {k: self._d[k] for k in keys if k in self._d}
-        for k in found:
-            self._d.move_to_end(k)
+        found = {k: f for k in keys if (f := self._lru.get(k)) is not None}
         todo = {k: p for k, p in zip(keys, pages) if k not in found}
         if todo:
             batch = [views(p, family=model.config.model_type) for p in todo.values()]
             for k, f in zip(todo, encode(model, batch)):
                 self.encodes[k] = self.encodes.get(k, 0) + 1
-                found[k] = f
-                self._put(k, f)  # may evict older entries, never one this call returns
+                found[k] = self._lru[k] = f  # may evict older entries, never one this call returns
         return [found[k] for k in keys]
-
-    def _put(self, key: tuple[str, Tier], value: torch.Tensor) -> None:
-        size = value.numel() * value.element_size()
-        self._d[key] = value
-        self.bytes += size
-        while self.bytes > self.max_bytes and len(self._d) > 1:
-            _, old = self._d.popitem(last=False)
-            self.bytes -= old.numel() * old.element_size()
 
 
 class Detokenizer:
@@ -283,7 +275,7 @@ class OpticalModel:
     def _prefill(self, inputs: OpticalInputs) -> tuple[Any, Any]:
         """Prefill the prompt into a new R-SWA cache, reusing the KV of the start it shares with the
         previous call's prompt (at least one token is always computed: its logits start decoding)."""
-        length = len(inputs)
+        length = inputs.length
         reuse = 0
         if self.reuse_prefix and self._last is not None:
             reuse = min(inputs.common_prefix(self._last[0]), length - 1)

@@ -5,15 +5,16 @@ resolution tiers as they age. `import optictx` needs no torch: models live in op
 """
 
 from .budget import Budget
-from .context import Context, PageSegment, TextSegment
+from .context import Context, PageSegment, Piece, TextSegment
 from .cost import COST_MODELS, CostModel, get_cost_model
 from .errors import BudgetError, ConversationFileError, OptictxError, StoreError, TurnTooLargeError
 from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
 from .limits import Limits
 from .memory import Memory
+from .policy import Fitter, Ladder, Policy
 from .renderers import RenderConfig, RenderError
-from .schedule import AgeLadder, OldestFirst
+from .schedule import AgeLadder, DropOldest, OldestFirst
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 from .turns import ToolCall, Turn
@@ -29,13 +30,18 @@ __all__ = [
     "Context",
     "ConversationFileError",
     "CostModel",
+    "DropOldest",
+    "Fitter",
     "KVGeometry",
+    "Ladder",
     "LegibilityGate",
     "Limits",
     "Memory",
     "OldestFirst",
     "OptictxError",
     "PageSegment",
+    "Piece",
+    "Policy",
     "RenderConfig",
     "RenderError",
     "StoreError",

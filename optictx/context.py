@@ -1,21 +1,27 @@
-"""Context: the fitted prompt, as ordered segments with their token costs, plus exporters."""
+"""Context: the fitted prompt, a plain value. `segments` say what it holds (turns, caption, pages,
+factsheet) with their token costs; `pieces` are the same prompt in order as the exporters and
+local models write it, each with a stable key (the unit of prefix reuse)."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from PIL import Image
 
+from . import export
 from .budget import Budget
 from .cost import CostModel
 from .images import PageImages
 from .kv import KV_PRESETS, KVGeometry
 from .packer import Page
 from .tiers import Tier
-from .turns import Turn
+from .turns import Role, Turn
 
 CAPTION = (
     "Earlier conversation, rendered as page images, oldest first. Each page shows turns with a "
@@ -28,20 +34,15 @@ SegmentKind = Literal["system", "pinned", "caption", "factsheet", "recent"]
 
 @dataclass(frozen=True)
 class TextSegment:
-    """Text the consumer reads as text: a native turn, or the caption above the pages."""
+    """Text the consumer reads as text: a native turn, the caption above the pages, or a part of
+    the factsheet. `drawn`: a recent turn as a page draws it (its lines in `PageSegment.text` once
+    it moves onto the open page), else None."""
 
     kind: SegmentKind
     text: str
     tokens: int
     turn: Turn | None = None
-    _drawn: Callable[[], str] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def drawn(self) -> str | None:
-        """A recent turn as a page draws it (its lines in `PageSegment.text` once it moves onto
-        the open page), or None. A prompt that writes recent turns this way does not change when
-        one moves onto the open page (`optictx.models.build_inputs`)."""
-        return self._drawn() if self._drawn is not None else None
+    drawn: str | None = field(default=None, repr=False)
 
     @property
     def turn_ids(self) -> tuple[int, ...]:
@@ -50,13 +51,16 @@ class TextSegment:
 
 @dataclass(frozen=True, eq=False)
 class PageSegment:
-    """One page in the context: an image at `tier`, or its drawn text when `tier` is TEXT."""
+    """One page in the context: an image at `tier`, or its drawn text when `tier` is TEXT.
+
+    The page holds its own lines; `images` only draws and caches pixels from them (shared with the
+    memory, thread-safe), so a context stays valid whatever the memory does next."""
 
     page: Page
     tier: Tier
     tokens: int
     paper_tokens: int
-    _images: PageImages = field(repr=False)
+    images: PageImages = field(repr=False)
 
     @property
     def text(self) -> str:
@@ -70,22 +74,82 @@ class PageSegment:
     @property
     def image(self) -> Image.Image | None:
         """The page image at its tier (None for a TEXT page, which is sent as text)."""
-        return self._images.at(self.page, self.tier) if self.tier.is_image else None
+        return self.images.at(self.page, self.tier) if self.tier.is_image else None
 
     def image_at(self, tier: Tier) -> Image.Image:
-        return self._images.at(self.page, tier)
+        return self.images.at(self.page, tier)
 
     @property
     def boxes(self) -> list[tuple[int, int, int, int]]:
         """Every line's box on `image`, for readers: `reader.read(seg.image, seg.boxes)` reads the
         columns one after the other instead of across them."""
-        return self._images.boxes(self.page, self.tier) if self.tier.is_image else []
+        return self.images.boxes(self.page, self.tier) if self.tier.is_image else []
 
     def png_base64(self) -> str:
-        return self._images.png_base64(self.page, self.tier)
+        return self.images.png_base64(self.page, self.tier)
 
 
 Segment = TextSegment | PageSegment
+
+PieceKind = Literal["system", "pinned", "caption", "factsheet", "page", "open", "recent"]
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """One piece of the prompt: a turn, the caption, a factsheet line, a page, or one turn's lines
+    on the open page. The prompt only grows at its end while pieces keep their keys.
+
+    `text` is the piece's own text ("" for an image page); `prompt` is how a flat text prompt
+    writes it (after the placeholders of an image page); text pieces of one `segment` (an index
+    into `Context.segments`) joined by newlines give that segment's text."""
+
+    kind: PieceKind
+    role: Role  # who said it: the turn's role; "system" for the caption, factsheet and pages
+    text: str
+    prompt: str
+    segment: int
+    turn: Turn | None = None  # system, pinned and recent pieces
+    page: PageSegment | None = None  # page pieces
+
+    @property
+    def image(self) -> PageSegment | None:
+        """The page, when this piece is sent as an image."""
+        return self.page if self.page is not None and self.page.tier.is_image else None
+
+    @cached_property
+    def key(self) -> str:
+        """Equal keys, equal tokens: an image page by its pixels and tier, text by its prompt."""
+        if self.image is not None:
+            return f"p:{self.image.page.digest}:{self.image.tier.value}"
+        return "t:" + hashlib.sha256(self.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def common_prefix(a: Sequence[Piece], b: Sequence[Piece]) -> int:
+    """How many pieces at the start of `a` and `b` have equal keys (their KV is the same)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x.key != y.key), min(len(a), len(b)))
+
+
+def _pieces(segments: Sequence[Segment]) -> tuple[Piece, ...]:
+    out: list[Piece] = []
+    for i, seg in enumerate(segments):
+        if isinstance(seg, PageSegment):
+            if seg.tier.is_image:
+                out.append(Piece("page", "system", "", "\n", i, page=seg))
+            elif seg.page.sealed:
+                out.append(Piece("page", "system", seg.text, f"PAGE: {seg.text}\n", i, page=seg))
+            else:  # the open page grows turn by turn: one piece per turn keeps the old pieces' keys
+                for _, entries in itertools.groupby(seg.page.entries, key=lambda e: e.turn_id):
+                    text = "\n".join(e.line.text for e in entries)
+                    out.append(Piece("open", "system", text, text + "\n", i, page=seg))
+        elif seg.kind == "recent" and seg.drawn is not None:  # as the open page will show it
+            role = seg.turn.role if seg.turn is not None else "user"
+            out.append(Piece("recent", role, seg.text, seg.drawn + "\n", i, turn=seg.turn))
+        elif seg.kind == "factsheet":  # a line per piece: a new line joins at the end
+            out.extend(Piece("factsheet", "system", line, line + "\n", i) for line in seg.text.split("\n"))
+        else:
+            role = seg.turn.role if seg.turn is not None else "system"
+            out.append(Piece(seg.kind, role, seg.text, f"{role.upper()}: {seg.text}\n", i, turn=seg.turn))
+    return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +160,10 @@ class Context:
     budget: Budget
     vision: CostModel
     gone: tuple[Page, ...] = ()
+    pieces: tuple[Piece, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pieces", _pieces(self.segments))
 
     @property
     def tokens(self) -> int:
@@ -157,12 +225,8 @@ class Context:
 
     def to_openai(self) -> list[dict[str, Any]]:
         """OpenAI chat messages: system, pinned, one user message with the pages, recent turns."""
-        from .export import to_openai
-
-        return to_openai(self)
+        return export.to_openai(self)
 
     def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
         """(system, messages) for the Anthropic Messages API."""
-        from .export import to_anthropic
-
-        return to_anthropic(self)
+        return export.to_anthropic(self)

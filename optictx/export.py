@@ -6,46 +6,56 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from .context import PageSegment
 from .turns import Turn
 
-if TYPE_CHECKING:
-    from .context import Context
+if TYPE_CHECKING:  # the context imports this module: its types are named, never imported
+    from .context import Context, PageSegment
 
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-def _page_parts_openai(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
+def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for p in middle:
         if isinstance(p, str):
             parts.append({"type": "text", "text": p})
-        elif p.tier.is_image:
+        else:
             image_url: dict[str, Any] = {"url": f"data:image/png;base64,{p.png_base64()}"}
             if detail:
                 image_url["detail"] = detail
             parts.append({"type": "image_url", "image_url": image_url})
-        else:
-            parts.append({"type": "text", "text": p.text})
     return parts
 
 
+_TURNS = ("system", "pinned", "recent")
+
+
 def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | str], list[Turn]]:
-    """System, pinned and recent turns, and what goes between them, in the context's order: the
-    caption (there when pages are), the pages and the factsheet's parts (each beside its pages)."""
-    system = [s.turn for s in ctx.text_segments if s.kind == "system" and s.turn]
-    pinned = [s.turn for s in ctx.text_segments if s.kind == "pinned" and s.turn]
-    recent = [s.turn for s in ctx.text_segments if s.kind == "recent" and s.turn]
-    middle = [s if isinstance(s, PageSegment) else s.text for s in ctx.segments
-              if isinstance(s, PageSegment) or s.kind in ("caption", "factsheet")]
-    return system, pinned, middle, recent
+    """System, pinned and recent turns, and what goes between them in the context's order: the
+    caption (there when pages are), image pages, and text (text pages, the open page, factsheet
+    parts), the text pieces of one segment joined into one text."""
+    turns: dict[str, list[Turn]] = {k: [] for k in _TURNS}
+    middle: list[PageSegment | str] = []
+    segment = -1
+    for piece in ctx.pieces:
+        if piece.kind in _TURNS:
+            if piece.turn is not None:
+                turns[piece.kind].append(piece.turn)
+        elif piece.image is not None:
+            middle.append(piece.image)
+        elif piece.segment == segment and isinstance(middle[-1], str):
+            middle[-1] += "\n" + piece.text
+        else:
+            middle.append(piece.text)
+        segment = piece.segment
+    return turns["system"], turns["pinned"], middle, turns["recent"]
 
 
 def to_openai(ctx: Context) -> list[dict[str, Any]]:
     system, pinned, middle, recent = _groups(ctx)
     messages = [t.to_openai() for t in (*system, *pinned)]
     if middle:
-        messages.append({"role": "user", "content": _page_parts_openai(middle, ctx.vision.image_detail)})
+        messages.append({"role": "user", "content": _openai_parts(middle, ctx.vision.image_detail)})
     messages.extend(t.to_openai() for t in recent)
     return messages
 
@@ -108,7 +118,7 @@ def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
     system, pinned, middle, recent = _groups(ctx)
     messages = [_anthropic_message(t) for t in pinned]
     if middle:  # the OpenAI parts, each as its Anthropic block (a data URI becomes a base64 source)
-        messages.append({"role": "user", "content": [_anthropic_part(p) for p in _page_parts_openai(middle, None)]})
+        messages.append({"role": "user", "content": [_anthropic_part(p) for p in _openai_parts(middle, None)]})
     messages.extend(_anthropic_message(t) for t in recent)
     return "\n\n".join(t.text for t in system), _merge_roles(messages)
 

@@ -61,7 +61,7 @@ class Factsheet:
     finder: Callable[[str], list[str]] = find_facts
     gone_header: str = "Exact strings from older turns no longer shown, verbatim (turn: values):"
 
-    def cap(self, budget: int) -> int:
+    def room(self, budget: int) -> int:
         """The most tokens the sheet may take under a budget of `budget` tokens."""
         return min(self.max_tokens, int(self.budget_share * budget))
 

@@ -4,49 +4,20 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from PIL import Image
 
+from .lru import LRU
 from .packer import Page
 from .renderers import Layout, draw_page, line_boxes
 from .tiers import Tier, tier_image
 
 
-class _LRU:
-    """A byte-bounded LRU map; values report their size through `size_of`."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._d: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            hit = self._d.get(key)
-            if hit is None:
-                return None
-            self._d.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: Any, value: Any, size: int) -> None:
-        with self._lock:
-            old = self._d.pop(key, None)
-            if old is not None:
-                self.bytes -= old[1]
-            self._d[key] = (value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes and len(self._d) > 1:
-                _, (_, s) = self._d.popitem(last=False)
-                self.bytes -= s
-
-
-def _image_bytes(img: Image.Image) -> int:
-    return img.width * img.height * len(img.getbands())
+def _size(value: Image.Image | str) -> int:
+    """Bytes an image's pixels or a base64 PNG hold."""
+    return len(value) if isinstance(value, str) else value.width * value.height * len(value.getbands())
 
 
 class PageImages:
@@ -54,7 +25,7 @@ class PageImages:
 
     def __init__(self, layout: Layout, *, max_bytes: int = 256 * 2**20) -> None:
         self.layout = layout
-        self._cache = _LRU(max_bytes)
+        self._cache: LRU[tuple[Any, ...], Any] = LRU(max_bytes=max_bytes, size_of=_size)
         self.renders = 0  # master renders done, for tests and benchmarks
 
     def master(self, page: Page) -> Image.Image:
@@ -63,7 +34,7 @@ class PageImages:
         if img is None:
             img, _ = draw_page(page.lines, self.layout)
             self.renders += 1
-            self._cache.put(key, img, _image_bytes(img))
+            self._cache[key] = img
         return img
 
     def at(self, page: Page, tier: Tier) -> Image.Image:
@@ -77,7 +48,7 @@ class PageImages:
         if img is None:
             cfg = self.layout.config
             img = tier_image(self.master(page), tier, downscale=cfg.downscale, gamma=cfg.gamma)
-            self._cache.put(key, img, _image_bytes(img))
+            self._cache[key] = img
         return img
 
     def boxes(self, page: Page, tier: Tier) -> list[tuple[int, int, int, int]]:
@@ -103,5 +74,5 @@ class PageImages:
             # compress_level 1: ~3x faster than the default at a few % larger files.
             self.at(page, tier).save(buf, format="PNG", compress_level=1)
             data = base64.b64encode(buf.getvalue()).decode("ascii")
-            self._cache.put(key, data, len(data))
+            self._cache[key] = data
         return data

@@ -35,13 +35,14 @@ class Limits(BaseModel):
                 f"a {turn.role} turn of {size:,} characters is over Limits.max_turn_chars={self.max_turn_chars:,}; "
                 "nothing was stored. Store a summary or a file reference, or raise the limit.")
 
-    def page_cap(self, model_max: int | None) -> int | None:
+    def image_cap(self, model_max: int | None) -> int | None:
+        """The most images in one context: `max_pages` or the vision model's cap, whichever is lower."""
         caps = [c for c in (self.max_pages, model_max) if c is not None]
         return min(caps) if caps else None
 
 
 def turn_chars(turn: Turn) -> int:
-    n = sum(len(c.function.name) + len(c.function.arguments) for c in turn.tool_calls)
+    n = sum(map(len, turn.texts[1:]))  # the tool calls
     if isinstance(turn.content, str):
         return n + len(turn.content)
     for part in turn.content:

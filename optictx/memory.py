@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .assemble import assemble
 from .budget import Budget
-from .context import CAPTION, Context, PageSegment, TextSegment
+from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import BudgetError
+from .errors import StoreError
+from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
+from .lru import LRU
 from .packer import Packer, Page
-from .plan import Plan, cap_at, cap_images, safe_cuts
+from .plan import Snapshot, plan, safe_cuts
+from .policy import Fitter, Ladder, Policy
 from .renderers import Layout, RenderConfig
-from .schedule import AgeLadder, OldestFirst, page_costs, schedule
-from .sheet import TurnFacts, with_factsheet
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
@@ -33,10 +34,7 @@ DEFAULT_BUDGET = Budget(tokens=8192)
 
 def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
     """Text tokens of a turn as the consumer reads it natively (content and tool calls)."""
-    n = tok.count(turn.text)
-    for c in turn.tool_calls:
-        n += tok.count(c.function.name) + tok.count(c.function.arguments)
-    return n
+    return sum(tok.count(s) for s in turn.texts)
 
 
 class Memory:
@@ -64,56 +62,62 @@ class Memory:
         tokens_per_page: int | None = None,
         render: RenderConfig | str | Path | None = None,
         tokenizer: Any = None,
-        ladder: AgeLadder | None = None,
-        fitter: OldestFirst | None = None,
-        factsheet: Factsheet | None = Factsheet(),  # noqa: B008 (frozen, safe to share)
         gate: LegibilityGate | None = None,
         image_cache_bytes: int = 256 * 2**20,
-        limits: Limits = Limits(),  # noqa: B008 (frozen, safe to share)
-        sticky_tiers: bool = False,
+        policy: Policy | None = None,
+        **policy_fields: Any,
     ) -> None:
+        """`policy`: how contexts are planned (`Policy`); `ladder=`, `fitter=`, `factsheet=`,
+        `limits=` and `sticky_tiers=` are shorthands that set those fields of it."""
         if keep_recent < 0:
             raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
+        self.policy = Policy.from_kwargs(policy, policy_fields)
         self.vision = get_cost_model(vision)
         self.budget = budget
         self.keep_recent = keep_recent
         self.render = RenderConfig.load(render) if isinstance(render, (str, Path)) else render or RenderConfig()
         self.tokens_per_page = tokens_per_page or self.render.tokens_per_page
         self.tokenizer = get_tokenizer(tokenizer)
-        self.ladder = ladder or AgeLadder()
-        self.fitter = fitter or OldestFirst()
-        self.factsheet = factsheet
         self.gate = gate
-        self.limits = limits
-        # A page is never sent sharper than in the last context for the same budget and vision:
-        # it fades and stays faded (a dropped page stays dropped). Under a tight budget the fitter
-        # otherwise moves the newest pages up and down a tier as recent turns come and go, and a
-        # prompt that moves is prefilled again (benchmarks/local_model.py: 703 -> 524 tokens per
-        # call at 2,000 positions, for 4% of the budget left unused).
-        self.sticky_tiers = sticky_tiers
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._lock = threading.RLock()
         self._store = self._open_store(store)
         self._load()
 
+    # The policy's fields, readable and settable on the memory (a new policy takes effect on the
+    # next context: `mem.factsheet = None` for an optical-only context).
+    ladder: Ladder = property(lambda self: self.policy.ladder,  # type: ignore[assignment]
+                              lambda self, v: self._set_policy(ladder=v))
+    fitter: Fitter = property(lambda self: self.policy.fitter,  # type: ignore[assignment]
+                              lambda self, v: self._set_policy(fitter=v))
+    factsheet: Factsheet | None = property(lambda self: self.policy.factsheet,  # type: ignore[assignment]
+                                           lambda self, v: self._set_policy(factsheet=v))
+    limits: Limits = property(lambda self: self.policy.limits)  # type: ignore[assignment]
+    sticky_tiers: bool = property(lambda self: self.policy.sticky)  # type: ignore[assignment]
+
+    def _set_policy(self, **fields: Any) -> None:
+        with self._lock:
+            self.policy = replace(self.policy, **fields)
+
     def _load(self) -> None:
         """(Re)build the in-memory view from the store: restored pages, then every turn replayed."""
         self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
+        # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
+        self._packer.restore(self._store.load_pages(self._packer.key))
         self._system: list[Turn] = []
         self._pinned: list[Turn] = []
-        self._window: list[Turn] = []
-        self._tokens: dict[int, int] = {}  # turn id -> native text tokens (unpacked turns)
-        self._page_tokens: list[int] = []  # text tokens of each sealed page
+        self._recent: list[Turn] = []  # turns not on a sealed page yet
+        self._tokens: dict[int, int] = {}  # turn id -> native text tokens (turns not packed)
         # Exact strings of packed turns, found the first time a context images them; the turns
         # themselves are read back from the store.
         self._facts = TurnFacts(self._store.get)
-        self._last_tiers: dict[tuple[int, str], list[Tier]] = {}  # sticky_tiers: (budget, vision) -> tiers
+        # sticky: (budget, vision) -> the sealed pages' tiers in its last context; a few budgets
+        # in use at once, not every one ever asked
+        self._last_tiers: LRU[tuple[int, str], list[Tier]] = LRU(max_items=8)
         self._count = 0
         self._text_total = 0
         self._last_id = -1
-        self._restore_pages()
-        self._saved = len(self._packer.sealed)
         self._sync()
 
     # -- persistence ------------------------------------------------------------------------
@@ -141,28 +145,12 @@ class Memory:
             "sticky_tiers": self.sticky_tiers,
         }
 
-    def _restore_pages(self) -> None:
-        """Sealed pages stored under this memory's packing key: a reopen need not lay them out again."""
-        rows = self._store.load_pages(self._packer.key)
-        try:
-            bodies = [json.loads(r) for r in rows]
-            self._packer.restore([b["lines"] for b in bodies])
-            self._page_tokens = [int(b["tokens"]) for b in bodies]
-        except (ValueError, KeyError, TypeError):  # derived data: damaged pages are re-packed
-            self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
-            self._page_tokens = []
-
     def _sync(self) -> None:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
         for turn in self._store.since(self._last_id):
             self._ingest(turn)
-        sealed = self._packer.sealed
-        if len(sealed) > self._saved:
-            # A generator: the in-memory store never serializes what it does not keep.
-            self._store.save_pages(self._packer.key, self._saved, (
-                json.dumps({"tokens": n, "lines": p.to_json()}, ensure_ascii=True)
-                for p, n in zip(sealed[self._saved :], self._page_tokens[self._saved :])))
-            self._saved = len(sealed)
+        first, blobs = self._packer.unsaved()
+        self._store.save_pages(self._packer.key, first, blobs)
 
     @contextmanager
     def batch(self) -> Iterator[Memory]:
@@ -231,7 +219,9 @@ class Memory:
             return stored
 
     def _ingest(self, turn: Turn) -> None:
-        assert turn.id == self._last_id + 1, (turn.id, self._last_id)  # stores count 0, 1, 2, ...
+        if turn.id != self._last_id + 1:  # stores count 0, 1, 2, ...
+            raise StoreError(f"the store returned turn {turn.id} after turn {self._last_id}: ids must follow "
+                             "one another; the store is damaged or not an optictx store")
         self._last_id = turn.id
         self._count += 1
         n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
@@ -240,22 +230,21 @@ class Memory:
         if turn.role == "system" or turn.pinned:
             (self._system if turn.role == "system" else self._pinned).append(turn)
         else:
-            self._window.append(turn)
+            self._recent.append(turn)
             self._pack_overflow()
 
     def _pack_overflow(self) -> None:
-        cuts = safe_cuts(self._window)
-        target = len(self._window) - self.keep_recent
+        cuts = safe_cuts(self._recent)
+        target = len(self._recent) - self.keep_recent
         cut = max([c for c in cuts if c <= target] + [cuts[0]])
         # Turns already on restored pages go back onto them, whatever keep_recent is now.
-        on_pages = sum(1 for t in self._window if t.id <= self._packer.restored_upto)  # type: ignore[operator]
+        on_pages = sum(1 for t in self._recent if t.id <= self._packer.restored_upto)  # type: ignore[operator]
         if cut < on_pages:
             cut = min(c for c in cuts if c >= on_pages)
-        for t in self._window[:cut]:
-            for page in self._packer.add(t):
-                self._page_tokens.append(self.tokenizer.count(page.text))
+        for t in self._recent[:cut]:
+            self._packer.add(t)
             self._tokens.pop(t.id, None)  # type: ignore[arg-type]
-        del self._window[:cut]
+        del self._recent[:cut]
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -264,7 +253,7 @@ class Memory:
         """Turns not on any page yet: they stay native text while the budget allows."""
         with self._lock:
             self._sync()
-            return list(self._window)
+            return list(self._recent)
 
     def transcript(self) -> list[Turn]:
         """Every turn ever added, verbatim, in order."""
@@ -290,77 +279,22 @@ class Memory:
 
     def _context(self, budget: Budget | None, vision: str | CostModel | None) -> Context:
         budget = budget or self.budget
-        model = self.vision if vision is None else get_cost_model(vision)
-        fixed = [TextSegment("system", t.text, self._tokens[t.id], t) for t in self._system]  # type: ignore[index]
-        fixed += [TextSegment("pinned", t.text, self._tokens[t.id], t) for t in self._pinned]  # type: ignore[index]
-        plan = self._plan(budget, model, sum(s.tokens for s in fixed), self.limits.page_cap(model.max_images))
-        sheet: dict[int, str] = {}
-        if self.factsheet is not None:
-            plan, sheet = with_factsheet(plan, budget.limit, self.factsheet, self._facts, self.fitter, self._window,
-                                         self.tokenizer.count)
-        if self.sticky_tiers:
-            self._last_tiers.pop(key := (budget.limit, model.name), None)
-            self._last_tiers[key] = plan.tiers[: len(self._packer.sealed)]
-            while len(self._last_tiers) > 8:  # a few budgets in use at once, not every one ever asked
-                del self._last_tiers[next(iter(self._last_tiers))]
-        return self._assemble(fixed, plan, sheet, budget, model)
+        cost = self.vision if vision is None else get_cost_model(vision)
+        snap = self._snapshot(budget, cost)
+        fitted = plan(snap, budget, cost, self.policy)
+        if self.policy.sticky:
+            self._last_tiers[budget.limit, cost.name] = fitted.tiers[: len(snap.pack.sealed)]
+        return assemble(snap, fitted, budget, cost, self.images)
 
-    def _plan(self, budget: Budget, model: CostModel, fixed_tokens: int, max_pages: int | None) -> Plan:
-        """Choose how many recent turns stay native (as many as fit) and every page's tier."""
-        tok, window = self.tokenizer, self._window
-        caption_tokens = tok.count(CAPTION)
-        recent_tokens = [self._tokens[t.id] for t in window]  # type: ignore[index]
+    def _snapshot(self, budget: Budget, cost: CostModel) -> Snapshot:
+        """This memory as planning reads it now (the caller holds the lock)."""
+        pack = self._packer.view()
         # The gate reads sealed pages only: unsealed ones change with every turn, and they are
         # the newest, which the ladder keeps sharpest.
-        sealed = self._packer.sealed
-        floors = self.gate.floors(sealed, self.images) if self.gate else [Tier.GONE] * len(sealed)
-        for cut in safe_cuts(window):
-            extra = self._packer.preview(window[:cut])
-            pages = [*sealed, *extra]
-            costs = page_costs([*self._page_tokens, *(tok.count(p.text) for p in extra)], model,
-                               [*floors, *[Tier.GONE] * len(extra)])
-            room = budget.limit - fixed_tokens - sum(recent_tokens[cut:])
-            tiers = schedule(costs, room - (caption_tokens if pages else 0), self.ladder, self.fitter,
-                             unsealed=len(extra))
-            if tiers is None and room >= 0:
-                tiers = [Tier.GONE] * len(pages)  # every page dropped: no caption needed either
-            if tiers is not None and max_pages is not None:
-                tiers = cap_images(tiers, costs, max_pages)
-            if tiers is not None:
-                cap_at(tiers, self._last_tiers.get((budget.limit, model.name), []))
-                return Plan(cut, pages, tiers, costs, fixed_tokens + sum(recent_tokens[cut:]), caption_tokens)
-        raise BudgetError(
-            f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
-            f"allows {budget.limit}: short by {fixed_tokens - budget.limit}. Raise the budget or unpin turns.",
-            shortfall=fixed_tokens - budget.limit,
-        )
-
-    def _assemble(self, fixed: list[TextSegment], plan: Plan, sheet: dict[int, str], budget: Budget,
-                  model: CostModel) -> Context:
-        segs: list[TextSegment | PageSegment] = list(fixed)
-
-        def facts(place: int) -> None:
-            if place in sheet:
-                segs.append(TextSegment("factsheet", sheet[place], self.tokenizer.count(sheet[place])))
-
-        if any(t is not Tier.GONE for t in plan.sent):
-            segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
-        facts(-1)
-        for i, (page, tier, cost) in enumerate(zip(plan.pages, plan.sent, plan.costs)):
-            if tier is not Tier.GONE:
-                paper = cost.text_tokens if tier is Tier.TEXT else model.paper_tokens(tier, model.tier_size(tier))
-                segs.append(PageSegment(page, tier, cost.cost(tier), paper, self.images))
-                facts(i)
-        window = self._window[plan.cut:]
-        segs += [TextSegment("recent", t.text, self._tokens[t.id], t, partial(self._drawn, t))  # type: ignore[index]
-                 for t in window]
-        gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
-        return Context(tuple(segs), budget, model, gone)
-
-    def _drawn(self, turn: Turn) -> str:
-        """The turn's lines as a page draws them."""
-        with self._lock:
-            return "\n".join(e.line.text for e in self._packer.entries(turn))
+        floors = tuple(self.gate.floors(pack.sealed, self.images)) if self.gate else ()
+        last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
+        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), dict(self._tokens), pack,
+                        self.tokenizer.count, floors, last, self._facts)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""

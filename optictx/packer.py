@@ -7,12 +7,13 @@ pixels (and the visual tokens and prefix KV built from them) stay valid for the 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .lru import LRU
 from .renderers import Block, Columns, Layout, Line
 from .tokens import Tokenizer
 from .turns import Turn
@@ -62,12 +63,16 @@ class Entry:
 
 @dataclass(frozen=True, eq=False)
 class Page:
-    """A page's content: its lines, the turns on it, and whether it is sealed (final)."""
+    """A page's content: its lines, the turns on it, and whether it is sealed (final).
+
+    `tokens` is the text tokens of a sealed page, counted once when it seals (what the scheduler
+    weighs its images against); None on pages not sealed yet, which change with every turn."""
 
     index: int
     entries: tuple[Entry, ...]
     sealed: bool
     style_digest: str = field(repr=False)
+    tokens: int | None = None
 
     @property
     def lines(self) -> tuple[Line, ...]:
@@ -95,70 +100,40 @@ class Page:
     def tokens_estimate(self) -> int:
         return sum(e.tokens for e in self.entries)
 
-    def to_json(self) -> list[list[object]]:
-        """The page's lines for the store: [turn id, style, height, token share, text] each."""
-        return [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text] for e in self.entries]
+    def to_blob(self) -> str:
+        """The sealed page as the store keeps it (JSON text; `Packer.restore` reads it back)."""
+        rows = [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text] for e in self.entries]
+        return json.dumps({"tokens": self.tokens, "lines": rows}, ensure_ascii=True)
 
 
-class Packer:
-    """Appends turns to pages. `add` seals pages for good; `preview` shows the rest without sealing."""
+def _page_from_blob(blob: str, index: int, style: str) -> Page:
+    body = json.loads(blob)
+    entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n))
+                    for tid, style_, height, n, text in body["lines"])
+    if not entries or any(e.line.style not in ("header", "text", "code") for e in entries):
+        raise ValueError(f"stored page {index} is malformed")
+    return Page(index, entries, True, style, int(body["tokens"]))
 
-    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
-        if tokens_per_page < 16:
-            raise ValueError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
-        self.layout = layout
-        self.tokenizer = tokenizer
-        self.tokens_per_page = tokens_per_page
-        self.sealed: list[Page] = []
-        self._open: list[Entry] = []
-        self._cols = Columns(layout.config)  # where the open page's next line goes
-        self._style = f"{layout.config.digest}:{layout.fonts.digest}"
-        self._entries_cache: OrderedDict[int, tuple[Entry, ...]] = OrderedDict()
-        self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
 
-    @property
-    def key(self) -> str:
-        """Names everything that decides where pages break and what they show."""
-        return f"pack{PACK_VERSION}:{self._style}:{self.tokens_per_page}:{self.tokenizer.name}"
+class _Lines:
+    """A turn's laid-out lines, by turn id (recent turns are laid out again for every preview)."""
 
-    def restore(self, pages: Sequence[list[list[object]]]) -> None:
-        """Start after pages sealed earlier under the same `key` (`Page.to_json`): turns wholly on
-        them are not laid out again, and the last one continues where its lines stop."""
-        sealed = []
-        for index, rows in enumerate(pages):
-            entries = tuple(Entry(int(tid), Line(str(text), style, int(height)), int(n))  # type: ignore[arg-type]
-                            for tid, style, height, n, text in rows)
-            if not entries or any(e.line.style not in ("header", "text", "code") for e in entries):
-                raise ValueError(f"stored page {index} is malformed")
-            sealed.append(Page(index, entries, True, self._style))
-        self.sealed = sealed
-        if sealed:
-            last, done = sealed[-1].entries[-1].turn_id, 0
-            for page in reversed(sealed):  # a turn's lines are contiguous: count back to its start
-                n = sum(1 for e in page.entries if e.turn_id == last)
-                done += n
-                if n < len(page.entries):
-                    break
-            self._resume = (last, done)
+    def __init__(self, layout: Layout, tokenizer: Tokenizer) -> None:
+        self.layout, self.tokenizer = layout, tokenizer
+        self._cache: LRU[int, tuple[Entry, ...]] = LRU(max_items=512)
 
-    @property
-    def restored_upto(self) -> int:
-        """The last turn on pages restored but not yet replayed, or -1."""
-        return self._resume[0] if self._resume else -1
-
-    def entries(self, turn: Turn) -> tuple[Entry, ...]:
-        """The turn's laid-out lines, cached by turn id (recent turns are re-packed per preview)."""
+    def __call__(self, turn: Turn) -> tuple[Entry, ...]:
         key = turn.id if turn.id is not None else -1
-        hit = self._entries_cache.get(key)
+        hit = self._cache.get(key)
         if hit is not None:
-            self._entries_cache.move_to_end(key)
             return hit
         out = tuple(Entry(key, ln, n) for b in turn_blocks(turn) for ln, n in self._counted(self.layout.lines(b)))
         if key >= 0:
-            self._entries_cache[key] = out
-            while len(self._entries_cache) > 512:
-                self._entries_cache.popitem(last=False)
+            self._cache[key] = out
         return out
+
+    def forget(self, turn: Turn) -> None:
+        self._cache.pop(turn.id if turn.id is not None else -1)
 
     def _counted(self, lines: list[Line]) -> list[tuple[Line, int]]:
         """Each line with its share of the block's tokens, by characters.
@@ -176,6 +151,123 @@ class Packer:
             out.append((ln, share))
         return out
 
+
+@dataclass(frozen=True, eq=False)
+class PackView:
+    """The packer at one moment: its sealed pages and open page, frozen. What planning reads:
+    `preview` lays turns out after it without changing it (or the packer)."""
+
+    sealed: tuple[Page, ...]
+    open_entries: tuple[Entry, ...]
+    cols: Columns = field(repr=False)
+    tokens_per_page: int
+    style: str = field(repr=False)
+    layout: Layout = field(repr=False)
+    entries: _Lines = field(repr=False)  # a turn's lines (a shared, thread-safe cache)
+
+    def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
+        """Pages after the sealed ones if `turns` were packed too (the open page included)."""
+        full, rest, _ = self.fill([e for t in turns for e in self.entries(t)])
+        # Pages that a preview fills are not sealed: the real add may pack them differently.
+        pages = [Page(p.index, p.entries, False, self.style) for p in full]
+        if rest:
+            pages.append(Page(len(self.sealed) + len(pages), tuple(rest), False, self.style))
+        return pages
+
+    def drawn(self, turn: Turn) -> str:
+        """The turn's lines as a page draws them."""
+        return "\n".join(e.line.text for e in self.entries(turn))
+
+    def fill(self, entries: Sequence[Entry]) -> tuple[list[Page], list[Entry], Columns]:
+        """`entries` packed after the open page: the pages they fill, the new open page, its cursor."""
+        cfg, cap_t = self.layout.config, self.tokens_per_page
+        pages: list[Page] = []
+
+        def keep(e: Entry) -> int:  # no orphan headers: a header needs a body line below it
+            return cfg.line_height if e.line.style == "header" else 0
+
+        first_index = len(self.sealed)
+        cur, cols = list(self.open_entries), self.cols.copy()  # the open page's cursor, not a replay of it
+        used_t = sum(e.tokens for e in cur)
+        for e in entries:
+            fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None
+            if not fits:
+                if cur:
+                    pages.append(Page(first_index + len(pages), tuple(cur), True, self.style))
+                    cur, used_t = [], 0
+                cols = Columns(cfg)
+                cols.place(e.line.height, keep(e))  # an empty page takes any one line
+            cur.append(e)
+            used_t += e.tokens
+        return pages, cur, cols
+
+
+class Packer:
+    """Appends turns to pages. `add` seals pages for good; `view()` is a frozen snapshot to plan on.
+
+    The packer owns its stored form: `restore` takes back the blobs `unsaved` handed out (under
+    `key`), so a reopen need not lay out sealed pages again, and replays turns from where they stop.
+    """
+
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
+        if tokens_per_page < 16:
+            raise ValueError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
+        self.layout = layout
+        self.tokenizer = tokenizer
+        self.tokens_per_page = tokens_per_page
+        self.entries = _Lines(layout, tokenizer)
+        self._style = f"{layout.config.digest}:{layout.fonts.digest}"
+        self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
+        self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
+        self._saved = 0  # sealed pages already handed to the store
+
+    @property
+    def key(self) -> str:
+        """Names everything that decides where pages break and what they show."""
+        return f"pack{PACK_VERSION}:{self._style}:{self.tokens_per_page}:{self.tokenizer.name}"
+
+    @property
+    def sealed(self) -> tuple[Page, ...]:
+        return self._view.sealed
+
+    def view(self) -> PackView:
+        return self._view
+
+    def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
+        return self._view.preview(turns)
+
+    def restore(self, blobs: Sequence[str]) -> bool:
+        """Start after pages sealed earlier under the same `key` (`unsaved` blobs): turns wholly on
+        them are not laid out again, and the last one continues where its lines stop. Damaged
+        blobs restore nothing (they are derived data: the turns are packed again); returns
+        whether they were taken."""
+        try:
+            sealed = tuple(_page_from_blob(b, i, self._style) for i, b in enumerate(blobs))
+        except (ValueError, KeyError, TypeError):
+            return False
+        self._view = replace(self._view, sealed=sealed)
+        self._saved = len(sealed)
+        if sealed:
+            last, done = sealed[-1].entries[-1].turn_id, 0
+            for page in reversed(sealed):  # a turn's lines are contiguous: count back to its start
+                n = sum(1 for e in page.entries if e.turn_id == last)
+                done += n
+                if n < len(page.entries):
+                    break
+            self._resume = (last, done)
+        return True
+
+    def unsaved(self) -> tuple[int, Iterator[str]]:
+        """Pages sealed since the last call (or the restore) as stored blobs: (first index, blobs).
+        The blobs are made as they are read: a store that keeps nothing serializes nothing."""
+        first, self._saved = self._saved, len(self.sealed)
+        return first, (p.to_blob() for p in self.sealed[first:])
+
+    @property
+    def restored_upto(self) -> int:
+        """The last turn on pages restored but not yet replayed, or -1."""
+        return self._resume[0] if self._resume else -1
+
     def add(self, turn: Turn) -> list[Page]:
         """Pack one turn for good; returns the pages this sealed."""
         skip = 0
@@ -185,41 +277,8 @@ class Packer:
                 return []  # wholly on them: no layout at all
             self._resume = None
             skip = done if turn.id == last else 0
-        entries = self.entries(turn)[skip:]
-        new_sealed, self._open, self._cols = self._fill(entries)
-        self.sealed.extend(new_sealed)
-        self._entries_cache.pop(turn.id if turn.id is not None else -1, None)
-        return new_sealed
-
-    def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
-        """Pages after the sealed ones if `turns` were packed too (the open page included)."""
-        entries = [e for t in turns for e in self.entries(t)]
-        full, rest, _ = self._fill(entries)
-        # Pages that a preview fills are not sealed: the real add may pack them differently.
-        pages = [Page(p.index, p.entries, False, self._style) for p in full]
-        if rest:
-            pages.append(Page(len(self.sealed) + len(pages), tuple(rest), False, self._style))
-        return pages
-
-    def _fill(self, entries: Sequence[Entry]) -> tuple[list[Page], list[Entry], Columns]:
-        """`entries` packed after the open page: the pages they fill, the new open page, its cursor."""
-        cfg, cap_t = self.layout.config, self.tokens_per_page
-        pages: list[Page] = []
-
-        def keep(e: Entry) -> int:  # no orphan headers: a header needs a body line below it
-            return cfg.line_height if e.line.style == "header" else 0
-
-        first_index = len(self.sealed)
-        cur, cols = list(self._open), self._cols.copy()  # the open page's cursor, not a replay of it
-        used_t = sum(e.tokens for e in cur)
-        for e in entries:
-            fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None
-            if not fits:
-                if cur:
-                    pages.append(Page(first_index + len(pages), tuple(cur), True, self._style))
-                    cur, used_t = [], 0
-                cols = Columns(cfg)
-                cols.place(e.line.height, keep(e))  # an empty page takes any one line
-            cur.append(e)
-            used_t += e.tokens
-        return pages, cur, cols
+        full, rest, cols = self._view.fill(self.entries(turn)[skip:])
+        new = [replace(p, tokens=self.tokenizer.count(p.text)) for p in full]
+        self._view = replace(self._view, sealed=(*self.sealed, *new), open_entries=tuple(rest), cols=cols)
+        self.entries.forget(turn)
+        return new

@@ -1,44 +1,66 @@
-"""A plan: which recent turns join the pages and the tier of every page, with the rules that cut
-and cap it (tool pairs kept whole, image caps, sticky tiers)."""
+"""Planning: which recent turns join the pages, and the tier of every page, as one pipeline.
+
+`plan(snapshot, budget, cost, policy) -> Plan` reads top to bottom, one named step each:
+
+1. `safe_cuts`: where the recent turns may be cut into pages and text (tool pairs kept whole);
+   the fewest turns go onto pages that fit;
+2. `price_pages`: what every page costs at each tier, with the legibility gate's floors;
+3. `ladder_tiers`: the tier each page wants by age (an image only where it pays);
+4. `fit`: the policy's fitter demotes or drops pages until the budget holds;
+5. `cap_images`: no more images than the consumer takes in one request;
+6. `never_sharper`: with sticky tiers, no page sharper than last time;
+7. `with_factsheet`: room for the factsheet, and its lines placed beside their pages.
+
+Each step takes and returns values; none changes what another returned. The snapshot is the
+memory at one moment (`Memory` makes it under its lock), so a plan needs no `Memory`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 
-from .packer import Page
-from .schedule import PageCost
+from .budget import Budget
+from .context import CAPTION
+from .cost import CostModel
+from .errors import BudgetError
+from .factlines import TurnFacts, with_factsheet
+from .packer import PackView, Page
+from .policy import Fitter, Ladder, Policy
+from .schedule import PageCost, ladder_tiers, page_costs
 from .tiers import Tier
 from .turns import Turn
 
 
-def safe_cuts(window: Sequence[Turn]) -> list[int]:
-    """Indices i where window[:i] may go to pages and window[i:] stay native text without a tool
-    result losing its call: no tool turn at or after i answers a call made before i, and none
-    answers a call that is not in the window at all."""
-    n = len(window)
-    blocked = [0] * (n + 2)  # difference array over cut positions
-    call_at: dict[str, int] = {}
-    for b, t in enumerate(window):
-        for cid in t.call_ids:
-            call_at[cid] = b
-        if t.role == "tool":
-            a = call_at.get(t.tool_call_id or "")
-            lo = 0 if a is None else a + 1
-            blocked[lo] += 1
-            blocked[b + 1] -= 1
-    cuts, run = [], 0
-    for i in range(n + 1):
-        run += blocked[i]
-        if run == 0:
-            cuts.append(i)
-    return cuts
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """What planning reads of a memory at one moment: its turns not on pages, the packer's frozen
+    view, and the counts and floors planning needs."""
+
+    system: tuple[Turn, ...]
+    pinned: tuple[Turn, ...]
+    recent: tuple[Turn, ...]  # turns not on a sealed page yet, oldest first
+    tokens: Mapping[int, int]  # turn id -> native text tokens, for every turn above
+    pack: PackView
+    count: Callable[[str], int]
+    floors: tuple[Tier, ...] = ()  # the legibility gate's floor per sealed page (none: no gate)
+    last_tiers: tuple[Tier, ...] = ()  # sticky: the sealed pages' tiers in the last context
+    facts: TurnFacts | None = field(default=None, repr=False)  # the factsheet's strings per turn
+
+    @cached_property
+    def fixed_tokens(self) -> int:
+        return sum(self.tokens[t.id] for t in (*self.system, *self.pinned))  # type: ignore[index]
+
+    @cached_property
+    def recent_tokens(self) -> list[int]:
+        return [self.tokens[t.id] for t in self.recent]  # type: ignore[index]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One scheduling outcome: window[:cut] joins the pages, and a tier for every page."""
+    """One planning outcome: recent[:cut] joins the pages, a tier for every page, and the
+    factsheet's texts by place (-1: before the first page; i: right after page i)."""
 
     cut: int
     pages: list[Page]
@@ -46,6 +68,7 @@ class Plan:
     costs: list[PageCost]
     other_tokens: int  # fixed and recent text
     caption_tokens: int
+    factsheet: Mapping[int, str] = field(default_factory=dict)
 
     @cached_property
     def sent(self) -> list[Tier]:
@@ -73,19 +96,96 @@ class Plan:
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
 
-
-def cap_at(tiers: list[Tier], last: Sequence[Tier]) -> None:
-    """No page sharper than it was `last` time (its first len(last) pages, sealed then). Both are
-    monotone in age, so their minimum is too, and it costs no more: the budget still holds."""
-    for i, was in enumerate(last[: len(tiers)]):
-        if tiers[i].rank > was.rank:
-            tiers[i] = was
+    def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
+        return Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts)
 
 
-def cap_images(tiers: list[Tier], costs: Sequence[PageCost], cap: int) -> list[Tier]:
+def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Plan:
+    """The context's plan under `budget` for a consumer priced by `cost`. Raises BudgetError
+    (with the shortfall) when even the system and pinned turns do not fit."""
+    limit, caption = budget.limit, snap.count(CAPTION)
+    for cut in safe_cuts(snap.recent):
+        pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
+        costs = price_pages(pages, snap, cost)
+        other = snap.fixed_tokens + sum(snap.recent_tokens[cut:])
+        if other > limit:
+            continue  # the text alone is over: more turns onto pages
+        want = ladder_tiers(costs, policy.ladder, unsealed=len(pages) - len(snap.pack.sealed))
+        tiers = fit(want, costs, limit - other - (caption if pages else 0), policy.fitter)
+        tiers = cap_images(tiers, costs, policy.limits.image_cap(cost.max_images))
+        if policy.sticky:
+            tiers = never_sharper(tiers, snap.last_tiers)
+        fitted = Plan(cut, pages, tiers, costs, other, caption)
+        if policy.factsheet is None or snap.facts is None:
+            return fitted
+        return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
+    short = snap.fixed_tokens - limit
+    raise BudgetError(
+        f"the context needs at least {snap.fixed_tokens} tokens for system and pinned turns, but the budget "
+        f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
+
+
+def safe_cuts(recent: Sequence[Turn]) -> list[int]:
+    """Indices i where recent[:i] may go to pages and recent[i:] stay native text without a tool
+    result losing its call: no tool turn at or after i answers a call made before i, and none
+    answers a call that is not among the recent turns at all."""
+    n = len(recent)
+    blocked = [0] * (n + 2)  # difference array over cut positions
+    call_at: dict[str, int] = {}
+    for b, t in enumerate(recent):
+        for cid in t.call_ids:
+            call_at[cid] = b
+        if t.role == "tool":
+            a = call_at.get(t.tool_call_id or "")
+            lo = 0 if a is None else a + 1
+            blocked[lo] += 1
+            blocked[b + 1] -= 1
+    cuts, run = [], 0
+    for i in range(n + 1):
+        run += blocked[i]
+        if run == 0:
+            cuts.append(i)
+    return cuts
+
+
+def price_pages(pages: Sequence[Page], snap: Snapshot, cost: CostModel) -> list[PageCost]:
+    """Every page's cost per tier: sealed pages by their counted text and the gate's floor, pages
+    a preview fills by counting theirs (they change with every turn)."""
+    sealed = len(snap.pack.sealed)
+    floors = [*(snap.floors or [Tier.GONE] * sealed), *[Tier.GONE] * (len(pages) - sealed)]
+    tokens = [p.tokens if p.tokens is not None else snap.count(p.text) for p in pages]
+    return page_costs(tokens, cost, floors)
+
+
+def fit(tiers: Sequence[Tier], costs: Sequence[PageCost], room: int, fitter: Fitter) -> list[Tier]:
+    """The fitter's tiers within `room`; every page dropped when not even the caption fits (with
+    no page shown, none is needed)."""
+    fitted = fitter.fit(tiers, costs, room) if room >= 0 else None
+    return fitted if fitted is not None else [Tier.GONE] * len(tiers)
+
+
+def schedule(costs: Sequence[PageCost], room: int, ladder: Ladder, fitter: Fitter, *,
+             unsealed: int = 0) -> list[Tier] | None:
+    """Steps 3 and 4 alone: tiers for pages within `room` tokens, or None if room < 0."""
+    return fitter.fit(ladder_tiers(costs, ladder, unsealed=unsealed), costs, room) if room >= 0 else None
+
+
+def cap_images(tiers: Sequence[Tier], costs: Sequence[PageCost], cap: int | None) -> list[Tier]:
     """At most `cap` pages sent as images: the oldest beyond it are dropped (the budget only shrinks)."""
-    imaged = [i for i, (c, t) in enumerate(zip(costs, tiers)) if c.actual(t).is_image]
     out = list(tiers)
+    if cap is None:
+        return out
+    imaged = [i for i, (c, t) in enumerate(zip(costs, tiers)) if c.actual(t).is_image]
     for i in imaged[: max(0, len(imaged) - cap)]:
         out[i] = Tier.GONE
+    return out
+
+
+def never_sharper(tiers: Sequence[Tier], last: Sequence[Tier]) -> list[Tier]:
+    """No page sharper than it was `last` time (its first len(last) pages, sealed then). Both are
+    monotone in age, so their minimum is too, and it costs no more: the budget still holds."""
+    out = list(tiers)
+    for i, was in enumerate(last[: len(out)]):
+        if out[i].rank > was.rank:
+            out[i] = was
     return out

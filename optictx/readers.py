@@ -14,7 +14,6 @@ import io
 import os
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Protocol
 from PIL import Image
 
 from .errors import OptictxError
+from .lru import LRU
 
 TESSDATA_DIRS = ("/usr/share/tesseract-ocr/5/tessdata", "/usr/share/tesseract-ocr/4.00/tessdata",
                  "/usr/share/tessdata", "/usr/local/share/tessdata")
@@ -66,9 +66,7 @@ class CachedReader:
 
     def __init__(self, *, workers: int, cache_size: int = 4096) -> None:
         self.workers = max(1, workers)
-        self._cache: OrderedDict[str, str] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._cache: LRU[str, str] = LRU(max_items=cache_size)
 
     def _settings(self) -> str:
         raise NotImplementedError
@@ -84,16 +82,10 @@ class CachedReader:
     def read(self, image: Image.Image, boxes: Sequence[Box] | None = None) -> str:
         """The text in `image` (cached by its pixels, the boxes and this reader's settings)."""
         key = self._key(image, boxes)
-        with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        text = self._recognize(image, boxes)
-        with self._lock:
-            self._cache[key] = text
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return text
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._recognize(image, boxes)
+        return hit
 
     def read_batch(self, images: Sequence[Image.Image],
                    boxes: Sequence[Sequence[Box] | None] | None = None) -> list[str]:

@@ -1,7 +1,8 @@
-"""Scheduler: a tier for every page, so the context fits the budget.
+"""Scheduling strategies: what each tier of a page costs, decay ladders and budget fitters.
 
-Two small strategies, each behind one method: a decay ladder (tier by page age) and a fitter
-(demote until the budget holds). The invariants they keep are tested as properties:
+Two kinds of small strategy, each behind one method (`policy.Ladder`, `policy.Fitter`): a decay
+ladder (tier by page age) and a fitter (demote until the budget holds). `plan.plan` runs them;
+every invariant they keep is a property test run over every policy (tests/test_schedule.py):
 - decay is monotone: a newer page never has a lower tier than an older one (in scheduled tiers;
   a legibility gate may then raise a page to the floor it needs, see `PageCost`);
 - an image tier is used only where it costs less than the page's text;
@@ -14,9 +15,13 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from .cost import CostModel
 from .tiers import IMAGE_TIERS, Tier
+
+if TYPE_CHECKING:
+    from .policy import Ladder
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,8 +152,9 @@ class OldestFirst:
     batch: int = 4
     shrink_first: bool = True
 
-    def fit(self, tiers: list[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+    def fit(self, tiers: Sequence[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
         """Tiers within `room`, or None if even all-GONE is too much (room < 0)."""
+        tiers = list(tiers)
         total = sum(c.cost(t) for c, t in zip(costs, tiers))
         if self.shrink_first:
             total = self._shrink(tiers, costs, room, total)
@@ -183,10 +189,10 @@ class OldestFirst:
                 tiers[i] = new
         # Pages shrunk newer than a gated page (which cannot shrink) pull its scheduled tier down
         # to a virtual one of the same cost; pages dropped pull older ones with them.
-        return delta + _cap_older(tiers, costs, 0 if not drop else first, end)
+        return delta + _monotone_older(tiers, costs, 0 if not drop else first, end)
 
 
-def _cap_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: int) -> int:
+def _monotone_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: int) -> int:
     """Make tiers[start:end] monotone against tiers[end] (newest to oldest); returns the cost change."""
     delta = 0
     cap = tiers[end].rank if end < len(tiers) else Tier.TEXT.rank
@@ -199,15 +205,32 @@ def _cap_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: in
     return delta
 
 
-def schedule(costs: Sequence[PageCost], room: int, ladder: AgeLadder, fitter: OldestFirst, *,
-             unsealed: int = 0) -> list[Tier] | None:
-    """Tiers for pages (oldest first, the newest `unsealed` not sealed yet) within `room` tokens,
-    or None if even all-GONE is too much."""
+@dataclass(frozen=True)
+class DropOldest:
+    """Keep the ladder's tiers and drop whole pages, oldest first, until the budget holds: the
+    newest pages stay as sharp as the ladder wants (a second fitter, run through the same
+    invariant tests as `OldestFirst`)."""
+
+    def fit(self, tiers: Sequence[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+        """Tiers within `room`, or None if even all-GONE is too much (room < 0)."""
+        if room < 0:
+            return None
+        out = list(tiers)
+        total = sum(c.cost(t) for c, t in zip(costs, out))
+        for i in range(len(out)):
+            if total <= room:
+                break
+            total -= costs[i].cost(out[i])
+            out[i] = Tier.GONE
+        return out
+
+
+def ladder_tiers(costs: Sequence[PageCost], ladder: Ladder, *, unsealed: int = 0) -> list[Tier]:
+    """The tier the ladder wants for each page (oldest first, the newest `unsealed` not sealed
+    yet), an image only where it pays, made monotone in age."""
     tiers = []
     for cost, want in zip(costs, ladder.tiers(len(costs), unsealed=unsealed)):
         # An image only where it pays: otherwise the page's text is cheaper and sharper.
         tiers.append(want if want in cost.options else Tier.TEXT)
-    _cap_older(tiers, costs, 0, len(tiers))
-    if room < 0:
-        return None
-    return fitter.fit(tiers, costs, room)
+    _monotone_older(tiers, costs, 0, len(tiers))
+    return tiers

@@ -119,6 +119,12 @@ class Turn(BaseModel):
         return "\n".join(_part_text(p) for p in self.content)
 
     @property
+    def texts(self) -> tuple[str, ...]:
+        """Everything the turn says as text: `text`, then each tool call's name and arguments.
+        What its native tokens count, what the factsheet searches, what limits measure."""
+        return (self.text, *(s for c in self.tool_calls for s in (c.function.name, c.function.arguments)))
+
+    @property
     def call_ids(self) -> tuple[str, ...]:
         return tuple(c.id for c in self.tool_calls)
 

@@ -90,7 +90,7 @@ def test_factsheet_takes_at_most_its_share_of_a_small_budget():
         _needles(mem, 100)
         ctx = mem.context()
         budgets[share] = ctx.report()["factsheet_tokens"]
-        assert ctx.tokens <= 3000 and budgets[share] <= mem.factsheet.cap(3000) == min(1024, share * 3000)
+        assert ctx.tokens <= 3000 and budgets[share] <= mem.factsheet.room(3000) == min(1024, share * 3000)
     assert budgets[1.0] > budgets[0.1] > 0  # the share is what limited it
 
 
@@ -132,7 +132,7 @@ def test_pages_the_factsheet_pushes_out_are_listed_in_it():
     bare, _ = context(None)
     ctx, numbers = context(Factsheet())
     assert ctx.factsheet and ctx.tokens <= 1500
-    assert ctx.report()["factsheet_tokens"] <= Factsheet().cap(1500)
+    assert ctx.report()["factsheet_tokens"] <= Factsheet().room(1500)
     shown = {tid for p in ctx.pages for tid in p.turn_ids}
     pushed = {tid for p in ctx.gone for tid in p.turn_ids} - {tid for p in bare.gone for tid in p.turn_ids} - shown
     assert pushed  # the sheet took its room from pages

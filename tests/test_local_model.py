@@ -113,12 +113,25 @@ def test_build_inputs_puts_one_placeholder_run_per_page_of_its_charged_length(ti
     assert tok.decode(ids[inputs.spans[-1][1]:]).endswith("USER: What was the total?\nASSISTANT:")
 
 
+def test_inputs_are_indexed_and_unpacked_like_a_batch_feature(tiny, ctx):
+    from optictx.models import build_inputs
+
+    model, tok = tiny
+    inputs = build_inputs(ctx, tok, "What was the total?", image_token_id=model.config.image_token_id)
+    assert inputs["input_ids"] is inputs.input_ids and inputs["attention_mask"].shape == inputs.input_ids.shape
+    assert dict(inputs).keys() == {"input_ids", "attention_mask"}
+    out = model.generate(**inputs, max_new_tokens=3, do_sample=False)  # text only: the pages' features are
+    assert out.shape[1] <= inputs.length + 3  # written in by OpticalModel, not by generate
+    with pytest.raises(KeyError, match="input_ids"):
+        inputs["pixel_values"]
+
+
 def test_memory_to_answer_on_the_tiny_model_with_a_constant_kv_cache(optical, sample):
     mem = _session_memory(optical.tokenizer, sample, 60)
     ctx = mem.context()
     pieces = list(optical.stream(ctx, "What was the total?", max_new_tokens=40))
     assert optical.answer(ctx, "What was the total?", max_new_tokens=40) == "".join(pieces)
-    prompt = len(optical.inputs(ctx, "What was the total?"))
+    prompt = optical.inputs(ctx, "What was the total?").length
     cache = optical.last_cache
     assert cache.get_seq_length() == prompt + 39  # absolute positions keep counting (the 40th is not fed back)
     assert set(cache.stored_positions()) == {prompt + optical.window - 1}  # but holds prefix + window
@@ -226,7 +239,7 @@ def test_a_visual_cache_smaller_than_one_context_still_serves_it(tiny, ctx):
     small = VisualCache(max_bytes=1)  # holds one entry at most
     first = small.features(model, imaged)
     assert [f.shape[0] for f in first] == [s.tokens for s in imaged]
-    assert len(small._d) == 1 and small.bytes > 0
+    assert len(small) == 1 and small.bytes > 0
     again = small.features(model, imaged)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert max(small.encodes.values()) == 2  # evicted pages are encoded again: the bound holds
@@ -279,9 +292,9 @@ def test_deepseek_ocr2_answers_with_full_attention_by_default_and_reuses_its_pre
     assert [b - a for a, b in inputs.spans] == [s.tokens for s in imaged] and imaged
     answer = full.answer(ctx2, "total?", max_new_tokens=20)
     assert isinstance(full.last_cache, DynamicCache)
-    assert full.last_cache.get_seq_length() == len(inputs) + 19  # full attention keeps every token fed back
+    assert full.last_cache.get_seq_length() == inputs.length + 19  # full attention keeps every token fed back
     rswa.answer(ctx2, "total?", max_new_tokens=20)
-    assert set(rswa.last_cache.stored_positions()) == {len(inputs) + 15}  # prompt + window - 1
+    assert set(rswa.last_cache.stored_positions()) == {inputs.length + 15}  # prompt + window - 1
     # prefix reuse with a full-attention cache answers as a fresh prefill does
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
     mem = Memory(vision="deepseek-ocr-2", budget=Budget(tokens=6000), keep_recent=2, tokenizer=tok)

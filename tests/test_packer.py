@@ -17,7 +17,7 @@ def test_pages_respect_density_and_keep_order():
     p = _packer(300)
     for t in _turns(12):
         p.add(t)
-    pages = p.sealed + p.preview()
+    pages = [*p.sealed, *p.preview()]
     assert all(pg.tokens_estimate <= 300 for pg in pages)
     assert all(sum(ln.height for ln in pg.lines) <= p.layout.config.text_height for pg in pages)
     order = [tid for pg in pages for tid in pg.turn_ids]
@@ -51,7 +51,7 @@ def test_long_turn_spans_pages_and_short_turns_share_one():
     p.add(Turn(role="user", content="word " * 3000, id=0))
     for i in range(1, 5):
         p.add(Turn(role="user", content="short", id=i))
-    pages = p.sealed + p.preview()
+    pages = [*p.sealed, *p.preview()]
     assert sum(1 for pg in pages if 0 in pg.turn_ids) >= 2
     assert set(range(1, 5)) <= set(pages[-1].turn_ids)
 

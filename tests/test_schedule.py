@@ -1,4 +1,5 @@
-"""The scheduler's invariants (DESIGN.md "Scheduler rules"), as properties over random memories."""
+"""The planner's invariants, as properties over random memories, run over every policy (a new
+ladder or fitter joins POLICIES and is held to all of them)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,32 @@ from conftest import conversations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from optictx import COST_MODELS, Budget, BudgetError, Memory, Tier
+from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.context import PageSegment
-from optictx.schedule import AgeLadder, OldestFirst, PageCost, page_costs, schedule
+from optictx.memory import turn_tokens
+from optictx.plan import schedule
+from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, page_costs
 
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VISIONS = st.sampled_from(list(COST_MODELS))
+POLICIES = {
+    "default": Policy(),
+    # Drop whole pages oldest first, every page on the ladder (the open page too), tiers moving
+    # at every seal, sticky: as far from the default as the knobs go.
+    "drop-oldest": Policy(ladder=AgeLadder(hold=1, unsealed=None), fitter=DropOldest(), sticky=True),
+}
 
 
-def _memory(msgs, budget, keep_recent, vision, tpp=200):
-    mem = Memory(vision=vision, budget=Budget(tokens=budget), keep_recent=keep_recent, tokens_per_page=tpp)
+def _memory(msgs, budget, keep_recent, vision, tpp=200, policy="default"):
+    mem = Memory(vision=vision, budget=Budget(tokens=budget), keep_recent=keep_recent, tokens_per_page=tpp,
+                 policy=POLICIES[policy])
     for m in msgs:
         mem.add(m)
     return mem
+
+
+def _fixed_tokens(mem):
+    return sum(turn_tokens(t, mem.tokenizer) for t in mem.transcript() if t.role == "system" or t.pinned)
 
 
 def _context_or_error(mem):
@@ -37,7 +51,8 @@ def _fitted(mem):
 
 
 memories = st.builds(
-    _memory, conversations(), st.integers(1, 6000), st.integers(0, 8), VISIONS, st.sampled_from([64, 200, 1000])
+    _memory, conversations(), st.integers(1, 6000), st.integers(0, 8), VISIONS, st.sampled_from([64, 200, 1000]),
+    st.sampled_from(list(POLICIES)),
 )
 
 
@@ -45,7 +60,7 @@ memories = st.builds(
 @given(memories)
 def test_never_over_budget_else_budget_error_with_shortfall(mem):
     ctx, err = _context_or_error(mem)
-    fixed = sum(mem._tokens[t.id] for t in mem.transcript() if t.role == "system" or t.pinned)
+    fixed = _fixed_tokens(mem)
     if err is not None:
         assert fixed > mem.budget.limit
         assert err.shortfall == fixed - mem.budget.limit
@@ -73,8 +88,8 @@ def test_recent_turns_stay_text_while_they_fit(mem):
     conversational = [t for t in mem.transcript() if t.role != "system" and not t.pinned]
     recent = mem.recent
     assert recent == conversational[len(conversational) - len(recent):]
-    fixed = sum(mem._tokens[t.id] for t in mem.transcript() if t.role == "system" or t.pinned)
-    if fixed + sum(mem._tokens[t.id] for t in recent) <= mem.budget.limit:
+    fixed = _fixed_tokens(mem)
+    if fixed + sum(turn_tokens(t, mem.tokenizer) for t in recent) <= mem.budget.limit:
         native = [s.turn.id for s in ctx.text_segments if s.kind == "recent"]
         assert native == [t.id for t in recent]
     # at least keep_recent conversational turns are held out of the pages (orphan tool results aside)

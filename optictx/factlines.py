@@ -1,24 +1,23 @@
-"""The factsheet a context carries: which turns' strings it lists, where its lines go, and the
-room it takes from the pages. `facts.Factsheet` is the policy (ranking, caps); this is its use on
-one plan of a memory."""
+"""The factsheet's lines on one plan: which turns' strings it lists, where its lines go, and the
+room it takes from the pages (the last planning step). `facts.Factsheet` is the policy (what
+strings, ranking, room); this is its use on one plan of a memory."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from .facts import Factsheet
-from .plan import Plan
-from .schedule import OldestFirst
+from .lru import LRU
 from .tiers import Tier
 from .turns import Turn
 
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .policy import Fitter
+
 Lines = list[tuple[int, str]]  # (turn id, line)
-
-
-def fact_text(turn: Turn) -> str:
-    """Where a turn's exact strings are: its text and its tool-call arguments."""
-    return " ".join([turn.text, *(c.function.arguments for c in turn.tool_calls)])
 
 
 class TurnFacts:
@@ -31,7 +30,7 @@ class TurnFacts:
         self._found: dict[int, tuple[str, ...]] = {}
         self._finder: object = None  # what found them: a factsheet with another finder starts over
         self.tool_turns: set[int] = set()  # the factsheet ranks them after what people said
-        self.lines_cache: dict[tuple[object, ...], Lines] = {}  # see fact_lines
+        self.lines_cache: LRU[tuple[object, ...], Lines] = LRU(max_items=8)  # see fact_lines: a few budgets at once
 
     def note(self, turn: Turn) -> None:
         if turn.role == "tool":
@@ -47,7 +46,7 @@ class TurnFacts:
         found = self._found.get(tid)
         if found is None:
             turn = window.get(tid) or self._read([tid])[tid]
-            found = self._found[tid] = sheet.extract(fact_text(turn))
+            found = self._found[tid] = sheet.extract(" ".join(turn.texts))
         return found
 
 
@@ -94,8 +93,6 @@ def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[
     lines = sheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
     if key is not None:
         facts.lines_cache[key] = lines
-        while len(facts.lines_cache) > 8:  # a few budgets in use at once
-            del facts.lines_cache[next(iter(facts.lines_cache))]
     return lines
 
 
@@ -111,33 +108,33 @@ def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) 
     return {i: "\n".join(g) for i, g in groups.items()}
 
 
-def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, fitter: OldestFirst,
-                   window: Sequence[Turn], count: Callable[[str], int]) -> tuple[Plan, dict[int, str]]:
-    """The factsheet for this plan under a budget of `limit` tokens, after demoting or dropping
-    the oldest pages if it needs room; returns the plan and the sheet's texts by place.
+def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, fitter: Fitter,
+                   window: Sequence[Turn], count: Callable[[str], int]) -> Plan:
+    """The plan with its factsheet under a budget of `limit` tokens, after demoting or dropping
+    the oldest pages if the sheet needs room (`Plan.factsheet`: the sheet's texts by place).
 
     The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
     record than the pages (a TINY page costs 73 tokens; the strings users and the agent named
     on ~4 agent pages fit in as many). Its lines are taken again from the new plan, so the
-    turns it pushed out are listed first. `optictx niah`, 3 samples: at 10% of 32k/64k/100k
-    tokens of agent traffic 93/100/100% of needles kept this way, 80/73/77% when the sheet
-    could only shrink pages (BENCHMARKS.md).
+    turns it pushed out are listed first (BENCHMARKS.md, "Needle in a haystack": the needles
+    kept this way and when the sheet could only shrink pages).
     """
     lines = fact_lines(plan, sheet, facts, window, count)
-    cap = sheet.cap(limit)
-    want = min(cap, _cost(count, sheet, plan, lines)) if lines else 0
+    room = sheet.room(limit)
+    want = min(room, _cost(count, sheet, plan, lines)) if lines else 0
     short = want - (limit - plan.tokens)
     if short > 0:
         # The fitter only ever demotes, so it can go on from this plan with less room; with
         # room 0 it drops every page, so it always returns tiers.
-        tiers = fitter.fit(list(plan.tiers), plan.costs, max(0, plan.page_tokens - short))
-        assert tiers is not None
+        tiers = fitter.fit(plan.tiers, plan.costs, max(0, plan.page_tokens - short))
+        if tiers is None:
+            raise TypeError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
         dropped = plan.sent.count(Tier.GONE)
         plan = plan.with_tiers(tiers)
         if plan.sent.count(Tier.GONE) > dropped:
             lines = fact_lines(plan, sheet, facts, window, count)
-    kept = sheet.select(lines, min(cap, limit - plan.tokens), partial(_cost, count, sheet, plan))
-    return plan, sheet_parts(plan, kept, sheet.gone_header)
+    kept = sheet.select(lines, min(room, limit - plan.tokens), partial(_cost, count, sheet, plan))
+    return plan.with_factsheet(sheet_parts(plan, kept, sheet.gone_header))
 
 
 def _cost(count: Callable[[str], int], sheet: Factsheet, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:

@@ -1,0 +1,35 @@
+"""Assembly: a plan becomes a Context, every segment's text and tokens computed now, so the
+context is a plain value that stays valid while the memory moves on."""
+
+from __future__ import annotations
+
+from .budget import Budget
+from .context import CAPTION, Context, PageSegment, Segment, TextSegment
+from .cost import CostModel
+from .images import PageImages
+from .plan import Plan, Snapshot
+from .tiers import Tier
+
+
+def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images: PageImages) -> Context:
+    """System and pinned turns, the caption, pages with their factsheet parts, recent turns."""
+    segs: list[Segment] = [TextSegment("system", t.text, snap.tokens[t.id], t) for t in snap.system]  # type: ignore[index]
+    segs += [TextSegment("pinned", t.text, snap.tokens[t.id], t) for t in snap.pinned]  # type: ignore[index]
+
+    def factsheet(place: int) -> None:
+        if place in plan.factsheet:
+            text = plan.factsheet[place]
+            segs.append(TextSegment("factsheet", text, snap.count(text)))
+
+    if any(t is not Tier.GONE for t in plan.sent):
+        segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
+    factsheet(-1)
+    for i, (page, tier, price) in enumerate(zip(plan.pages, plan.sent, plan.costs)):
+        if tier is not Tier.GONE:
+            paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
+            segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
+            factsheet(i)
+    segs += [TextSegment("recent", t.text, snap.tokens[t.id], t, snap.pack.drawn(t))  # type: ignore[index]
+             for t in snap.recent[plan.cut:]]
+    gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
+    return Context(tuple(segs), budget, cost, gone)

@@ -1,0 +1,68 @@
+"""Policy: every choice that shapes a plan, as one frozen value (`Memory(policy=...)`).
+
+The ladder and the fitter are Protocols: a new one is a small class with one method, and the
+invariant tests run over every policy in `tests/test_schedule.py`'s matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+from .facts import Factsheet
+from .limits import Limits
+from .schedule import AgeLadder, OldestFirst, PageCost
+from .tiers import Tier
+
+
+class Ladder(Protocol):
+    """Decay by age: the tier each page wants before the budget is looked at."""
+
+    def tiers(self, n: int, *, unsealed: int = 0) -> list[Tier]:
+        """Tiers for `n` pages, oldest first, the newest `unsealed` of them not sealed yet; never
+        sharper with age."""
+        ...
+
+
+class Fitter(Protocol):
+    """Budget fitting: demote or drop pages until they fit."""
+
+    def fit(self, tiers: Sequence[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+        """New tiers (the input is not changed), each at or below the one given, monotone in age,
+        costing at most `room`; None only when `room` < 0 (every page GONE fits any room >= 0)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a memory plans its contexts.
+
+    - `ladder`, `fitter`: the tier each page wants, and how pages give way to the budget;
+    - `factsheet`: the exact strings kept verbatim beside the images (None: no factsheet);
+    - `sticky`: a page is never sent sharper than in the last context for the same budget and
+      vision, so it fades and stays faded (a prompt that moves is prefilled again);
+    - `limits`: hard caps on turns and on images per context.
+    """
+
+    ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
+    fitter: Fitter = OldestFirst()  # noqa: RUF009
+    factsheet: Factsheet | None = Factsheet()  # noqa: RUF009
+    sticky: bool = False
+    limits: Limits = Limits()  # noqa: RUF009
+
+    @classmethod
+    def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
+        """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
+        ladder=, fitter=, factsheet=, limits=, sticky_tiers=."""
+        names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"Memory() got unexpected keyword argument(s) {', '.join(unknown)}; "
+                            f"policy fields: {', '.join(sorted(names))}")
+        given = {("sticky" if k == "sticky_tiers" else k): v for k, v in kwargs.items()}
+        for name, value in given.items():
+            if name in ("ladder", "fitter") and value is None:
+                given[name] = getattr(cls, name)  # None: the default strategy, as before policies
+        policy = base or cls()
+        return cls(**{**{f.name: getattr(policy, f.name) for f in fields(cls)}, **given})
