@@ -17,17 +17,15 @@ import sys
 
 from optictx import Budget, Memory
 from optictx.models import OpticalModel, WindowedNGramGuard, tiny_unlimited_ocr
-from optictx.models.optical import FAMILIES
 from optictx.sample import sample_conversation
 
 if len(sys.argv) > 1:
     model = OpticalModel.from_pretrained(sys.argv[1])
 else:
     model = OpticalModel(*tiny_unlimited_ocr(), window=16)
-vision = FAMILIES[model.model.config.model_type][1][0]  # the cost model its pages follow
-
-# Count text with the model's own tokenizer, so the budget is what its decoder holds.
-mem = Memory(vision=vision, budget=Budget(tokens=3000), keep_recent=2, tokenizer=model.tokenizer)
+# Pages priced as this model encodes them, text counted with its own tokenizer: the budget is
+# what its decoder holds.
+mem = Memory(vision=model.vision, budget=Budget(tokens=3000), keep_recent=2, tokenizer=model.tokenizer)
 for turn in sample_conversation()[:60]:
     mem.add(turn)
 ctx = mem.context()

@@ -16,6 +16,8 @@ from transformers.models.unlimited_ocr.generation_unlimited_ocr import (
     UnlimitedOcrSlidingWindowNoRepeatNgramLogitsProcessor,
 )
 
+from optictx.errors import ConfigError
+
 
 class WindowedNGramGuard(UnlimitedOcrSlidingWindowNoRepeatNgramLogitsProcessor):
     """Ban the token that would repeat an `ngram_size`-gram seen in the last `window_size` tokens.
@@ -45,6 +47,6 @@ def distinct_n(tokens: Sequence[Any], n: int) -> float:
     """Distinct n-grams / all n-grams of `tokens` (1.0: no n-gram repeats; the Unlimited OCR paper
     reports Distinct-35 over long transcriptions). 1.0 for a sequence shorter than n."""
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise ConfigError(f"n must be >= 1, got {n}")
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 1.0

@@ -24,19 +24,15 @@ import torch
 from PIL import Image
 
 from optictx.context import Context, PageSegment
+from optictx.errors import CheckpointError, ConfigError, ModelError
 from optictx.lru import LRU
-from optictx.readers import OCR_PROMPTS, CachedReader
+from optictx.readers import CachedReader
 from optictx.tiers import Tier
 
+from .families import Family, family_of
 from .guard import WindowedNGramGuard
-from .pages import DEEPSEEK_OCR2, encode, image_views, views
+from .pages import encode, views
 from .rswa import DEFAULT_WINDOW, rswa_cache
-
-# transformers model_type -> (class name, the cost models whose page positions it produces)
-FAMILIES = {
-    "unlimited_ocr": ("UnlimitedOcrForConditionalGeneration", ("unlimited-ocr", "deepseek-ocr")),
-    DEEPSEEK_OCR2: ("DeepseekOcr2ForConditionalGeneration", ("deepseek-ocr-2",)),
-}
 
 _TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}
 
@@ -53,17 +49,17 @@ class OpticalInputs(Mapping[str, torch.Tensor]):
     pages: list[PageSegment]  # the imaged pages, in prompt order
     spans: list[tuple[int, int]]  # each page's placeholder run: [start, end) in input_ids
     image_token_id: int
-    keys: list[str] = field(default_factory=list)  # one per prompt piece (`Piece.key`), for prefix reuse
-    ends: list[int] = field(default_factory=list)  # where each piece ends in input_ids
+    piece_keys: list[str] = field(default_factory=list)  # one per prompt piece (`Piece.key`), for prefix reuse
+    piece_ends: list[int] = field(default_factory=list)  # where each piece ends in input_ids
 
     def common_prefix(self, other: OpticalInputs | None) -> int:
         """Tokens at the start that `other` has identically: the end of the longest run of equal
         piece keys (same pieces, so same KV)."""
         if other is None:
             return 0
-        n = next((i for i, (a, b) in enumerate(zip(self.keys, other.keys)) if a != b), min(len(self.keys),
-                                                                                          len(other.keys)))
-        return self.ends[n - 1] if n else 0
+        a, b = self.piece_keys, other.piece_keys
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return self.piece_ends[n - 1] if n else 0
 
     @property
     def attention_mask(self) -> torch.Tensor:
@@ -98,7 +94,7 @@ def build_inputs(ctx: Context, tokenizer: Any, question: str, *, image_token_id:
     image_id = image_token_id if image_token_id is not None else tok.convert_tokens_to_ids(
         getattr(tok, "image_token", "<image>"))
     if image_id is None or image_id == tok.unk_token_id:
-        raise ValueError("the tokenizer has no image token: pass image_token_id= or register '<image>'")
+        raise ConfigError("the tokenizer has no image token: pass image_token_id= or register '<image>'")
 
     ids: list[int] = [tok.bos_token_id] if tok.bos_token_id is not None else []
     keys, ends, pages, spans = ["bos"], [len(ids)], [], []
@@ -183,13 +179,11 @@ class OpticalModel:
 
     def __init__(self, model: Any, tokenizer: Any, *, window: int = DEFAULT_WINDOW, rswa: bool | None = None,
                  visual_cache_bytes: int = 512 * 2**20, reuse_prefix: bool = True) -> None:
-        family = model.config.model_type
-        if family not in FAMILIES:
-            raise ValueError(f"a {family!r} model is not supported; use one of {sorted(FAMILIES)}")
+        self.family: Family = family_of(model.config.model_type)
         self.model = model.eval()
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.window = window
-        self.rswa = family != DEEPSEEK_OCR2 if rswa is None else rswa
+        self.rswa = self.family.rswa if rswa is None else rswa
         self.visual = VisualCache(visual_cache_bytes)
         self.reuse_prefix = reuse_prefix
         self.prefills: list[tuple[int, int]] = []  # (prompt tokens, tokens actually prefilled) per call
@@ -202,29 +196,35 @@ class OpticalModel:
         never runs code from the folder, never unpickles."""
         folder = Path(path)
         if not folder.is_dir():
-            raise FileNotFoundError(f"{folder}: no such checkpoint folder (optictx downloads no weights; "
+            raise CheckpointError(f"{folder}: no such checkpoint folder (optictx downloads no weights; "
                                     "see examples/local_model.py for how to get them)")
         missing = [n for n in ("config.json",) if not (folder / n).is_file()]
         if not any(folder.glob("*.safetensors")):
             missing.append("*.safetensors")
         if missing:
-            raise FileNotFoundError(f"{folder}: incomplete checkpoint, missing {', '.join(missing)}")
+            raise CheckpointError(f"{folder}: incomplete checkpoint, missing {', '.join(missing)}")
         import transformers
         from transformers import AutoConfig, AutoTokenizer
 
-        family = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).model_type
-        if family not in FAMILIES:
-            raise ValueError(f"{folder}: a {family!r} checkpoint; OpticalModel loads {sorted(FAMILIES)}")
-        model = getattr(transformers, FAMILIES[family][0]).from_pretrained(
+        model_type = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False).model_type
+        try:
+            family = family_of(model_type)
+        except ValueError as exc:
+            raise ConfigError(f"{folder}: {exc}") from None
+        model = getattr(transformers, family.model_class).from_pretrained(
             folder, local_files_only=True, use_safetensors=True, trust_remote_code=False)
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
         return cls(model, tok, **kwargs)
 
+    @property
+    def vision(self) -> str:
+        """The cost model this model's pages follow: `Memory(vision=model.vision, ...)`."""
+        return self.family.vision
+
     def inputs(self, ctx: Context, question: str) -> OpticalInputs:
-        names = FAMILIES[self.model.config.model_type][1]
-        if ctx.vision.name not in names:
-            raise ValueError(f"the context was fitted for {ctx.vision.name!r}, but this model's pages cost what "
-                             f"{names[0]!r} charges: build it with mem.context(vision={names[0]!r})")
+        if ctx.vision.name not in self.family.visions:
+            raise ConfigError(f"the context was fitted for {ctx.vision.name!r}, but this model's pages cost what "
+                             f"{self.vision!r} charges: build it with mem.context(vision={self.vision!r})")
         return build_inputs(ctx, self.tokenizer, question, image_token_id=self.model.config.image_token_id)
 
     @torch.no_grad()
@@ -238,7 +238,7 @@ class OpticalModel:
         features = self.visual.features(self.model, [p for _, p in wanted])
         for ((a, b), _), f in zip(wanted, features):
             if f.shape[0] != b - a:  # the cost model and the encoder disagree: a bug, not noise
-                raise RuntimeError(f"page has {f.shape[0]} visual tokens but {b - a} placeholders")
+                raise ModelError(f"page has {f.shape[0]} visual tokens but {b - a} placeholders")
             first = max(a, start)
             embeds[0, first - start : b - start] = f[first - a :].to(embeds.dtype)
         return embeds
@@ -300,13 +300,13 @@ class OpticalModel:
         return DynamicCache(config=self.model.config)
 
     @torch.no_grad()
-    def read_image(self, image: Image.Image, prompt: str = OCR_PROMPTS["deepseek"], *,
-                   max_new_tokens: int = 2048) -> str:
+    def read_image(self, image: Image.Image, prompt: str | None = None, *, max_new_tokens: int = 2048) -> str:
         """The text the model reads on one page image (a tier image: 512, 640, 1024 or 1280 px)."""
         tier = _TIER_OF_SIDE.get(image.size) if image.width == image.height else None
         if tier is None:
-            raise ValueError(f"a {image.width}x{image.height} image is no page tier; use PageSegment.image")
-        (features,) = encode(self.model, [image_views(image, self.model.config.model_type)])
+            raise ConfigError(f"a {image.width}x{image.height} image is no page tier; use PageSegment.image")
+        (features,) = encode(self.model, [self.family.views(image, tier)])
+        prompt = prompt or self.family.ocr_prompt
         tok = self.tokenizer
         ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + [self.model.config.image_token_id] * len(
             features) + tok("\n" + prompt, add_special_tokens=False).input_ids
@@ -328,10 +328,10 @@ class UnlimitedOcrReader(CachedReader):
     """The readers protocol on a local model, for `optictx fidelity` / `niah` style measurements:
     one greedy OCR pass per page image (the boxes are not needed: the model reads the page)."""
 
-    def __init__(self, model: OpticalModel, *, prompt: str = OCR_PROMPTS["deepseek"],
+    def __init__(self, model: OpticalModel, *, prompt: str | None = None,
                  max_new_tokens: int = 2048, cache_size: int = 4096) -> None:
         super().__init__(workers=1, cache_size=cache_size)  # one model, one forward at a time
-        self.model, self.prompt, self.max_new_tokens = model, prompt, max_new_tokens
+        self.model, self.prompt, self.max_new_tokens = model, prompt or model.family.ocr_prompt, max_new_tokens
 
     def _settings(self) -> str:
         return f"{id(self.model)}/{self.prompt}/{self.max_new_tokens}"

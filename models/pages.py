@@ -28,10 +28,8 @@ import torch
 from PIL import Image
 
 from optictx.context import PageSegment
-from optictx.tiers import Tier
-
-GUNDAM_GLOBAL = 1024  # DeepSeek-OCR's Gundam: a Base-sized global view ...
-GUNDAM_TILE = 640  # ... and Small-sized tiles of the master
+from optictx.errors import ConfigError
+from optictx.tiers import Tier, gundam_views
 
 
 @dataclass(frozen=True)
@@ -49,34 +47,31 @@ def to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
 
 
-DEEPSEEK_OCR2 = "deepseek_ocr2"  # transformers' model_type; every other family takes DeepEncoder views
-
-
 def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimited_ocr") -> Views:
     """The encoder input for `seg` at `tier` (default: its own tier), for a model whose config
-    has this `model_type`."""
+    has this `model_type` (`families.FAMILIES`)."""
+    from .families import family_of
+
     tier = tier or seg.tier
     if not tier.is_image:
-        raise ValueError(f"a {tier.name} page has no image to encode")
-    if family == DEEPSEEK_OCR2 or tier is not Tier.GUNDAM:
-        return image_views(seg.image_at(tier), family)
-    master = seg.image_at(Tier.GUNDAM)
-    cols, rows = master.width // GUNDAM_TILE, master.height // GUNDAM_TILE
-    tiles = [master.crop((c * GUNDAM_TILE, r * GUNDAM_TILE, (c + 1) * GUNDAM_TILE, (r + 1) * GUNDAM_TILE))
-             for r in range(rows) for c in range(cols)]
-    # The global view is the master scaled by bicubic, as transformers' UnlimitedOcrImageProcessor
-    # scales it (within 2 of 255 levels), not the BASE tier image, which is scaled for legibility.
-    scaled = master.convert("RGB").resize((GUNDAM_GLOBAL, GUNDAM_GLOBAL), Image.Resampling.BICUBIC)
-    return Views(to_tensor(scaled), torch.stack([to_tensor(t) for t in tiles]), (cols, rows))
+        raise ConfigError(f"a {tier.name} page has no image to encode")
+    return family_of(family).views(seg.image_at(tier), tier)
 
 
-def image_views(image: Image.Image, family: str = "unlimited_ocr") -> Views:
-    """The encoder input for one tier image on its own (a global view; DeepSeek-OCR 2 adds crops)."""
-    if family != DEEPSEEK_OCR2:
+def deepencoder_views(image: Image.Image, tier: Tier) -> Views:
+    """DeepSeek-OCR / Unlimited OCR: one global view at the tier's side; Gundam's master as 640-px
+    tiles plus a 1024 global view, both as transformers' UnlimitedOcrImageProcessor makes them."""
+    if tier is not Tier.GUNDAM:
         return Views(to_tensor(image), None, (0, 0))
+    tiles, global_view, grid = gundam_views(image)
+    return Views(to_tensor(global_view), torch.stack([to_tensor(t) for t in tiles]), grid)
+
+
+def deepencoder2_views(image: Image.Image, tier: Tier) -> Views:
+    """DeepSeek-OCR 2: transformers' own views of the tier image (a 1024 global view, plus 768-px
+    crops when the image is larger than 768 px)."""
     batch = _deepseek_ocr2_processor()(images=[image.convert("RGB")], return_tensors="pt")
-    local = batch.get("pixel_values_local")
-    return Views(batch["pixel_values"][0], local, (0, 0))
+    return Views(batch["pixel_values"][0], batch.get("pixel_values_local"), (0, 0))
 
 
 @lru_cache(maxsize=1)
@@ -102,7 +97,7 @@ def encode(model: Any, batch: list[Views]) -> list[torch.Tensor]:
         if tiled:
             kwargs = {"pixel_values_local": torch.cat([batch[i].local for i in idx]).to(device, dtype),  # type: ignore[misc]
                       "num_local_patches": [len(batch[i].local) for i in idx]}  # type: ignore[arg-type]
-            if model.config.model_type != DEEPSEEK_OCR2:  # DeepEncoder lays its tiles out on a grid
+            if batch[idx[0]].grid != (0, 0):  # DeepEncoder lays its tiles out on a grid
                 kwargs["patches_grid"] = [list(batch[i].grid) for i in idx]
         pixels = torch.stack([batch[i].global_view for i in idx]).to(device, dtype)
         features = inner.get_image_features(pixels, **kwargs).pooler_output

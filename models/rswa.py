@@ -21,6 +21,8 @@ import torch
 from transformers.cache_utils import Cache
 from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrDynamicReferenceSlidingWindowLayer
 
+from optictx.errors import ConfigError
+
 DEFAULT_WINDOW = 128
 _RSWA = "reference_sliding_attention"
 
@@ -41,7 +43,7 @@ class RSWALayer(UnlimitedOcrDynamicReferenceSlidingWindowLayer):
 
     def __init__(self, window: int = DEFAULT_WINDOW, *, windowed_mask: bool = False) -> None:
         if window < 1:
-            raise ValueError(f"the R-SWA window must be >= 1 generated token, got {window}")
+            raise ConfigError(f"the R-SWA window must be >= 1 generated token, got {window}")
         super().__init__(sliding_window=window)
         self._layer_type = _RSWA
         self.windowed_mask = windowed_mask
@@ -157,11 +159,11 @@ def rswa_cache(config: Any, window: int = DEFAULT_WINDOW, *, prefill_length: int
     text = _text_config(config)
     layers = getattr(text, "num_hidden_layers", None)
     if not layers:
-        raise ValueError(f"{type(config).__name__} has no num_hidden_layers: not a decoder config")
+        raise ConfigError(f"{type(config).__name__} has no num_hidden_layers: not a decoder config")
     types = getattr(text, "layer_types", None) or []
     others = sorted({t for t in types if t not in ("full_attention", _RSWA)})
     if others:
-        raise ValueError(f"R-SWA replaces full attention; this model also has {', '.join(others)} layers")
+        raise ConfigError(f"R-SWA replaces full attention; this model also has {', '.join(others)} layers")
     windowed = _RSWA in types  # Unlimited OCR: its own mask applies the window
     cache = RSWACache([RSWALayer(window, windowed_mask=windowed) for _ in range(layers)])
     if prefill_length is not None:

@@ -7,7 +7,18 @@ resolution tiers as they age. `import optictx` needs no torch: models live in op
 from .budget import Budget
 from .context import Context, PageSegment, Piece, TextSegment
 from .cost import COST_MODELS, CostModel, get_cost_model
-from .errors import BudgetError, ConversationFileError, OptictxError, StoreError, TurnTooLargeError
+from .errors import (
+    BudgetError,
+    CheckpointError,
+    ConfigError,
+    ConversationFileError,
+    MissingExtraError,
+    ModelError,
+    OptictxError,
+    StoreError,
+    TurnError,
+    TurnTooLargeError,
+)
 from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
 from .limits import Limits
@@ -27,6 +38,8 @@ __all__ = [
     "AgeLadder",
     "Budget",
     "BudgetError",
+    "CheckpointError",
+    "ConfigError",
     "Context",
     "ConversationFileError",
     "CostModel",
@@ -37,6 +50,8 @@ __all__ = [
     "LegibilityGate",
     "Limits",
     "Memory",
+    "MissingExtraError",
+    "ModelError",
     "OldestFirst",
     "OptictxError",
     "PageSegment",
@@ -50,6 +65,7 @@ __all__ = [
     "Tokenizer",
     "ToolCall",
     "Turn",
+    "TurnError",
     "TurnTooLargeError",
     "get_cost_model",
     "get_tokenizer",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import ConfigError
 from .kv import KVGeometry
 
 
@@ -29,11 +30,11 @@ class Budget(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Budget:
         if (self.tokens is None) == (self.kv_bytes is None):
-            raise ValueError("give exactly one of Budget(tokens=N) or Budget(kv_bytes=B, kv=KVGeometry(...))")
+            raise ConfigError("give exactly one of Budget(tokens=N) or Budget(kv_bytes=B, kv=KVGeometry(...))")
         if self.kv_bytes is not None and self.kv is None:
-            raise ValueError("Budget(kv_bytes=...) needs kv=KVGeometry(...), e.g. KVGeometry.preset('deepseek-ocr')")
+            raise ConfigError("Budget(kv_bytes=...) needs kv=KVGeometry(...), e.g. KVGeometry.preset('deepseek-ocr')")
         if self.limit < 1:
-            raise ValueError(f"this budget leaves {self.limit} positions for the context; raise it")
+            raise ConfigError(f"this budget leaves {self.limit} positions for the context; raise it")
         return self
 
     @property
@@ -46,5 +47,5 @@ class Budget(BaseModel):
         """The most context tokens (decoder positions) this budget allows."""
         if self.tokens is not None:
             return self.tokens - self.max_new_tokens
-        assert self.kv is not None and self.kv_bytes is not None  # enforced by _check
-        return self.kv_bytes // self.kv.bytes_per_position - self.generation_reserve
+        kv, kv_bytes = self.kv, self.kv_bytes or 0  # _check: both set when tokens is not
+        return kv_bytes // kv.bytes_per_position - self.generation_reserve  # type: ignore[union-attr]

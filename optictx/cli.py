@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from .budget import Budget
 from .cost import COST_MODELS
-from .errors import OptictxError
+from .errors import ConfigError, OptictxError
 from .io import read_jsonl
 from .memory import Memory
 from .report import contact_sheet, plan_table
@@ -102,7 +102,7 @@ def _reader(args: argparse.Namespace) -> tuple[Any, str]:
         lines = getattr(args, "line_boxes", False)
         return TesseractReader(line_boxes=lines), "Tesseract 5" + (" (line boxes)" if lines else "")
     if not args.base_url or not args.model:
-        raise ValueError("--reader openai needs --base-url and --model")
+        raise ConfigError("--reader openai needs --base-url and --model")
     return OpenAIReader(args.base_url, args.model), args.model
 
 

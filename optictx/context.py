@@ -17,6 +17,7 @@ from PIL import Image
 from . import export
 from .budget import Budget
 from .cost import CostModel
+from .errors import ConfigError
 from .images import PageImages
 from .kv import KV_PRESETS, KVGeometry
 from .packer import Page
@@ -201,7 +202,7 @@ class Context:
         """
         kv = kv or self.budget.kv or KV_PRESETS.get(self.vision.name)
         if kv is None:
-            raise ValueError(f"no KV geometry for {self.vision.name!r}: pass kv=KVGeometry.from_config(model.config)")
+            raise ConfigError(f"no KV geometry for {self.vision.name!r}: pass kv=KVGeometry.from_config(model.config)")
         return kv.decode_report(self.tokens, generated, window or self.budget.decode_window or 128)
 
     def report(self) -> dict[str, Any]:

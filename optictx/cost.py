@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from .errors import ConfigError
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 
@@ -36,7 +37,7 @@ class CostModel:
     def tier_size(self, tier: Tier) -> tuple[int, int]:
         side = tier.side
         if side is None:
-            raise ValueError(f"{tier.name} is not an image tier")
+            raise ConfigError(f"{tier.name} is not an image tier")
         return side, side
 
     def page_tokens(self, tier: Tier) -> int:
@@ -258,5 +259,5 @@ def get_cost_model(spec: str | CostModel) -> CostModel:
         try:
             return COST_MODELS[spec]
         except KeyError:
-            raise ValueError(f"unknown vision {spec!r}; valid names: {', '.join(COST_MODELS)}") from None
-    raise TypeError(f"vision must be a registry name or a CostModel, got {type(spec).__name__}")
+            raise ConfigError(f"unknown vision {spec!r}; valid names: {', '.join(COST_MODELS)}") from None
+    raise ConfigError(f"vision must be a registry name or a CostModel, got {type(spec).__name__}")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 
-class OptictxError(Exception):
-    """Base class of optictx's own errors."""
+from .renderers.errors import ConfigError, OptictxError
+
+__all__ = ["BudgetError", "CheckpointError", "ConfigError", "ConversationFileError", "MissingExtraError", "ModelError",
+           "OptictxError", "StoreError", "TurnError", "TurnTooLargeError", "need"]
 
 
 class BudgetError(OptictxError, ValueError):
@@ -25,3 +29,27 @@ class TurnTooLargeError(OptictxError, ValueError):
 
 class ConversationFileError(OptictxError, ValueError):
     """A conversation file (JSONL) is missing or malformed; the message names the line."""
+
+
+class CheckpointError(OptictxError, FileNotFoundError):
+    """A local model folder is missing or incomplete (optictx downloads no weights)."""
+
+
+class ModelError(OptictxError, RuntimeError):
+    """A local model and the context disagree (a bug to report, not bad input)."""
+
+
+class MissingExtraError(OptictxError, ImportError):
+    """An optional dependency is not installed; the message says which extra brings it."""
+
+
+def need(module: str, extra: str) -> ModuleType:
+    """Import `module` (an optional dependency), or say which optictx extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(f"{module} is not installed ({exc}): pip install 'optictx[{extra}]'") from exc
+
+
+class TurnError(ConfigError):
+    """A turn is malformed (role, content, tool fields, metadata); the message names the field."""

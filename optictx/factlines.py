@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from .errors import ConfigError
 from .facts import Factsheet
 from .lru import LRU
 from .tiers import Tier
@@ -128,7 +129,7 @@ def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, f
         # room 0 it drops every page, so it always returns tiers.
         tiers = fitter.fit(plan.tiers, plan.costs, max(0, plan.page_tokens - short))
         if tiers is None:
-            raise TypeError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
+            raise ConfigError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
         dropped = plan.sent.count(Tier.GONE)
         plan = plan.with_tiers(tiers)
         if plan.sent.count(Tier.GONE) > dropped:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
+from .errors import ConfigError
 from .images import PageImages
 from .packer import Page
 from .readers import Reader, char_accuracy
@@ -33,7 +34,7 @@ class LegibilityGate:
         limits = dict(max_cer) if isinstance(max_cer, Mapping) else dict.fromkeys(GATED_TIERS, max_cer)
         bad = [t for t, v in limits.items() if t not in GATED_TIERS or not 0 <= v <= 1]
         if bad:
-            raise ValueError(f"max_cer needs a rate in [0, 1] for tiers among {[t.value for t in GATED_TIERS]}; "
+            raise ConfigError(f"max_cer needs a rate in [0, 1] for tiers among {[t.value for t in GATED_TIERS]}; "
                              f"got {bad}")
         self.reader = reader
         self.max_cer = limits  # a tier left out is not checked: taken as legible

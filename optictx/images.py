@@ -9,6 +9,7 @@ from typing import Any
 
 from PIL import Image
 
+from .errors import ConfigError
 from .lru import LRU
 from .packer import Page
 from .renderers import Layout, draw_page, line_boxes
@@ -40,7 +41,7 @@ class PageImages:
     def at(self, page: Page, tier: Tier) -> Image.Image:
         """The page at an image tier."""
         if not tier.is_image:
-            raise ValueError(f"{tier.name} has no image")
+            raise ConfigError(f"{tier.name} has no image")
         if tier.side == self.layout.config.size:
             return self.master(page)
         key = (page.digest, tier)
@@ -55,7 +56,7 @@ class PageImages:
         """Every line's box on the page's image at `tier`, in that image's pixels (for readers)."""
         side = tier.side
         if side is None:
-            raise ValueError(f"{tier.name} has no image")
+            raise ConfigError(f"{tier.name} has no image")
         f = side / self.layout.config.size
         return [(round(x0 * f), round(y0 * f), round(x1 * f), round(y1 * f))
                 for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout.config))]

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import ConfigError
+
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "int8": 1}
 
@@ -51,7 +53,7 @@ class KVGeometry(BaseModel):
         try:
             return KV_PRESETS[name]
         except KeyError:
-            raise ValueError(f"unknown KV preset {name!r}; valid names: {', '.join(KV_PRESETS)}") from None
+            raise ConfigError(f"unknown KV preset {name!r}; valid names: {', '.join(KV_PRESETS)}") from None
 
     @classmethod
     def from_config(cls, config: Any, *, dtype_bytes: int | None = None) -> KVGeometry:
@@ -63,11 +65,11 @@ class KVGeometry(BaseModel):
         get = (lambda k: cfg.get(k)) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k, None))
         layers, heads, hidden = get("num_hidden_layers"), get("num_attention_heads"), get("hidden_size")
         if not layers or not heads:
-            raise ValueError("config has no num_hidden_layers / num_attention_heads; pass KVGeometry(...)")
+            raise ConfigError("config has no num_hidden_layers / num_attention_heads; pass KVGeometry(...)")
         kv_heads = get("num_key_value_heads") or heads
         head_dim = get("head_dim") or (hidden // heads if hidden else None)
         if not head_dim:
-            raise ValueError("config has neither head_dim nor hidden_size; pass KVGeometry(...)")
+            raise ConfigError("config has neither head_dim nor hidden_size; pass KVGeometry(...)")
         if dtype_bytes is None:
             dtype = get("dtype") or get("torch_dtype") or "bfloat16"
             dtype_bytes = _DTYPE_BYTES.get(str(dtype).removeprefix("torch."), 2)

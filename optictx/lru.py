@@ -7,6 +7,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
+from .errors import ConfigError
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -24,9 +26,9 @@ class LRU(Generic[K, V]):
     def __init__(self, *, max_items: int | None = None, max_bytes: int | None = None,
                  size_of: Callable[[V], int] | None = None) -> None:
         if max_items is None and max_bytes is None:
-            raise ValueError("an LRU needs max_items, max_bytes or both: an unbounded cache is a leak")
+            raise ConfigError("an LRU needs max_items, max_bytes or both: an unbounded cache is a leak")
         if max_bytes is not None and size_of is None:
-            raise ValueError("max_bytes needs size_of, the size of a value in bytes")
+            raise ConfigError("max_bytes needs size_of, the size of a value in bytes")
         self.max_items, self.max_bytes, self._size_of = max_items, max_bytes, size_of
         self.bytes = 0
         self._d: OrderedDict[K, tuple[V, int]] = OrderedDict()

@@ -13,7 +13,7 @@ from .assemble import assemble
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
@@ -24,6 +24,7 @@ from .packer import Packer, Page
 from .plan import Snapshot, plan, safe_cuts
 from .policy import Fitter, Ladder, Policy
 from .renderers import Layout, RenderConfig
+from .settings import from_meta, to_meta
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
@@ -70,7 +71,7 @@ class Memory:
         """`policy`: how contexts are planned (`Policy`); `ladder=`, `fitter=`, `factsheet=`,
         `limits=` and `sticky_tiers=` are shorthands that set those fields of it."""
         if keep_recent < 0:
-            raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
+            raise ConfigError(f"keep_recent must be >= 0, got {keep_recent}")
         self.policy = Policy.from_kwargs(policy, policy_fields)
         self.vision = get_cost_model(vision)
         self.budget = budget
@@ -131,19 +132,8 @@ class Memory:
             s = store
         # Pages are derived data, re-packed from the turns on open: a changed render config
         # re-renders every page instead of mixing old and new pixels.
-        s.set_meta(self._meta())
+        s.set_meta(to_meta(self))
         return s
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "vision": self.vision.name,
-            "budget": self.budget.model_dump(mode="json"),
-            "keep_recent": self.keep_recent,
-            "tokens_per_page": self.tokens_per_page,
-            "render": self.render.model_dump(mode="json"),
-            "limits": self.limits.model_dump(mode="json"),
-            "sticky_tiers": self.sticky_tiers,
-        }
 
     def _sync(self) -> None:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
@@ -184,23 +174,10 @@ class Memory:
         """Reopen a memory saved with `Memory(store=path)`; keyword arguments override its settings."""
         probe = SQLiteStore(path, create=False)
         try:
-            meta = probe.get_meta() or {}
+            meta = probe.get_meta()
         finally:
             probe.close()
-        settings: dict[str, Any] = {}
-        if "vision" in meta:
-            settings["vision"] = meta["vision"]
-        if "budget" in meta:
-            settings["budget"] = Budget.model_validate(meta["budget"])
-        for key in ("keep_recent", "tokens_per_page", "sticky_tiers"):
-            if key in meta:
-                settings[key] = meta[key]
-        if "render" in meta:
-            settings["render"] = RenderConfig.model_validate(meta["render"])
-        if "limits" in meta:
-            settings["limits"] = Limits.model_validate(meta["limits"])
-        settings.update(overrides)
-        return cls(store=path, **settings)
+        return cls(store=path, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
 
     # -- adding -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .errors import ConfigError
 from .lru import LRU
 from .renderers import Block, Columns, Layout, Line
 from .tokens import Tokenizer
@@ -111,7 +112,7 @@ def _page_from_blob(blob: str, index: int, style: str) -> Page:
     entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n))
                     for tid, style_, height, n, text in body["lines"])
     if not entries or any(e.line.style not in ("header", "text", "code") for e in entries):
-        raise ValueError(f"stored page {index} is malformed")
+        raise ConfigError(f"stored page {index} is malformed")
     return Page(index, entries, True, style, int(body["tokens"]))
 
 
@@ -211,7 +212,7 @@ class Packer:
 
     def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
         if tokens_per_page < 16:
-            raise ValueError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
+            raise ConfigError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
         self.layout = layout
         self.tokenizer = tokenizer
         self.tokens_per_page = tokens_per_page

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+from .errors import ConfigError
 from .facts import Factsheet
 from .limits import Limits
 from .schedule import AgeLadder, OldestFirst, PageCost
@@ -58,7 +59,7 @@ class Policy:
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise TypeError(f"Memory() got unexpected keyword argument(s) {', '.join(unknown)}; "
+            raise ConfigError(f"Memory() got unexpected keyword argument(s) {', '.join(unknown)}; "
                             f"policy fields: {', '.join(sorted(names))}")
         given = {("sticky" if k == "sticky_tiers" else k): v for k, v in kwargs.items()}
         for name, value in given.items():

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from PIL import Image
 
-from .errors import OptictxError
+from .errors import ConfigError, OptictxError, need
 from .lru import LRU
 
 TESSDATA_DIRS = ("/usr/share/tesseract-ocr/5/tessdata", "/usr/share/tesseract-ocr/4.00/tessdata",
@@ -92,7 +92,7 @@ class CachedReader:
         """`read` over many images, `workers` at a time, results in order."""
         per_image = list(boxes) if boxes is not None else [None] * len(images)
         if len(per_image) != len(images):
-            raise ValueError(f"{len(images)} images but {len(per_image)} box lists")
+            raise ConfigError(f"{len(images)} images but {len(per_image)} box lists")
         if self.workers == 1 or len(images) < 2:
             return [self.read(im, b) for im, b in zip(images, per_image)]
         with ThreadPoolExecutor(self.workers) as pool:
@@ -224,9 +224,8 @@ def normalize(text: str) -> str:
 
 def char_accuracy(truth: str, read: str) -> float:
     """1 - normalized Levenshtein distance between `normalize`d texts."""
-    from rapidfuzz.distance import Levenshtein
-
+    levenshtein = need("rapidfuzz.distance", "eval").Levenshtein
     a, b = normalize(truth), normalize(read)
     if not a:
         return 1.0 if not b else 0.0
-    return 1.0 - Levenshtein.distance(a, b) / max(len(a), len(b))
+    return 1.0 - levenshtein.distance(a, b) / max(len(a), len(b))

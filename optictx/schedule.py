@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .cost import CostModel
+from .errors import ConfigError
 from .tiers import IMAGE_TIERS, Tier
 
 if TYPE_CHECKING:
@@ -119,9 +120,9 @@ class AgeLadder:
         if self.unsealed is not None:
             ranks.insert(0, self.unsealed.rank)
         if any(b > a for a, b in itertools.pairwise(ranks)):
-            raise ValueError("AgeLadder steps must not get sharper with age (newest step first)")
+            raise ConfigError("AgeLadder steps must not get sharper with age (newest step first)")
         if self.hold < 1:
-            raise ValueError(f"AgeLadder hold must be >= 1, got {self.hold}")
+            raise ConfigError(f"AgeLadder hold must be >= 1, got {self.hold}")
 
     def tiers(self, n: int, *, unsealed: int = 0) -> list[Tier]:
         """Tiers for `n` pages, oldest first, the newest `unsealed` of them not sealed yet."""

@@ -6,6 +6,8 @@ from enum import Enum
 
 from PIL import Image
 
+from .errors import ConfigError
+
 
 class Tier(str, Enum):
     """Fidelity levels, best first. Image tiers are named after DeepSeek-OCR's resolution modes."""
@@ -57,7 +59,7 @@ def tier_image(
     """
     side = tier.side
     if side is None:
-        raise ValueError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
+        raise ConfigError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
     if master.size == (side, side):
         return master
     if downscale in _FILTERS:
@@ -73,11 +75,16 @@ def tier_image(
     return img
 
 
-def gundam_views(
-    master: Image.Image, tile: int = 640, global_side: int = 1024
-) -> tuple[list[Image.Image], Image.Image]:
-    """DeepSeek-OCR's Gundam inputs for a square page: row-major tiles plus the global view."""
-    n = max(2, round(master.width / tile))
-    big = master.resize((n * tile, n * tile), Image.Resampling.BICUBIC) if master.width != n * tile else master
-    tiles = [big.crop((x * tile, y * tile, (x + 1) * tile, (y + 1) * tile)) for y in range(n) for x in range(n)]
-    return tiles, master.resize((global_side, global_side), Image.Resampling.LANCZOS)
+GUNDAM_TILE = 640  # DeepSeek-OCR's Gundam: Small-sized tiles of the master ...
+GUNDAM_GLOBAL = 1024  # ... and a Base-sized global view
+
+
+def gundam_views(master: Image.Image) -> tuple[list[Image.Image], Image.Image, tuple[int, int]]:
+    """DeepSeek-OCR's Gundam inputs for a page master: row-major 640-px tiles, the global view
+    (the master scaled by bicubic, as transformers' UnlimitedOcrImageProcessor scales it, not the
+    BASE tier image, which is scaled for legibility) and the tiles' grid (columns, rows)."""
+    master = master.convert("RGB")
+    cols, rows = max(1, master.width // GUNDAM_TILE), max(1, master.height // GUNDAM_TILE)
+    tiles = [master.crop((c * GUNDAM_TILE, r * GUNDAM_TILE, (c + 1) * GUNDAM_TILE, (r + 1) * GUNDAM_TILE))
+             for r in range(rows) for c in range(cols)]
+    return tiles, master.resize((GUNDAM_GLOBAL, GUNDAM_GLOBAL), Image.Resampling.BICUBIC), (cols, rows)

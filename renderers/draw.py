@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from PIL import Image, ImageDraw
 
 from .config import RenderConfig
+from .errors import OptictxError
 from .fonts import FontChain, is_rtl
 from .layout import Layout, Line
 
 
-class RenderError(ValueError):
+class RenderError(OptictxError, ValueError):
     """The lines do not fit on one page."""
 
 

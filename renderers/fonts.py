@@ -12,6 +12,7 @@ from pathlib import Path
 from PIL import ImageFont
 
 from .config import RenderConfig
+from .errors import OptictxError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ REPLACEMENT = "\ufffd"
 _RTL_CLASSES = frozenset({"R", "AL", "AN"})
 
 
-class FontError(RuntimeError):
+class FontError(OptictxError, RuntimeError):
     """A font file is missing or unreadable."""
 
 

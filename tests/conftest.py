@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -23,6 +24,15 @@ def _tesseract_missing() -> str:
 
 
 needs_tesseract = pytest.mark.skipif(bool(_tesseract_missing()), reason=_tesseract_missing() or "-")
+
+
+def needs(module: str, extra: str) -> pytest.MarkDecorator:
+    """Skip unless an optional dependency imports, saying which extra brings it."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return pytest.mark.skip(reason=f"{module} is not installed: pip install 'optictx[{extra}]'")
+    return pytest.mark.skipif(False, reason="-")
 
 
 @pytest.fixture(scope="session")

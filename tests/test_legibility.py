@@ -1,7 +1,7 @@
 """The default density is legible: Tesseract reads a full prose page at SMALL (640 px)."""
 
 import pytest
-from conftest import needs_tesseract
+from conftest import needs, needs_tesseract
 
 from optictx import Memory, Tier
 from optictx.readers import char_accuracy
@@ -21,6 +21,7 @@ def test_default_density_reads_at_98_percent_on_small():
     assert char_accuracy(page.text, got) >= 0.98
 
 
+@needs("rapidfuzz", "eval")
 def test_char_accuracy_folds_layout_and_typography():
     assert char_accuracy("a  b\n“c”", 'a b "c"') == 1.0
     assert char_accuracy("abcd", "abce") == 0.75

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="torch is not installed: pip install 'optictx[models]'")
+pytest.importorskip("transformers", reason="transformers is not installed: pip install 'optictx[models]'")
 
 from optictx import Budget, Memory, Tier, get_cost_model  # noqa: E402
 from optictx.models import encode, tiny_unlimited_ocr, views  # noqa: E402

@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import needs_tesseract
+from conftest import needs, needs_tesseract
 from PIL import Image
 
 from optictx.eval.niah import NiahConfig, haystack, insert, make_needles, run
@@ -122,6 +122,8 @@ class _TextOnlyModel(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+@needs("matplotlib", "eval")  # the heatmap
+@needs("rapidfuzz", "eval")  # the reads
 def test_vlm_backend_against_a_local_server(tmp_path):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _TextOnlyModel)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -6,8 +6,8 @@ must give the same logits and the same greedy tokens, while holding at most pref
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="torch is not installed: pip install 'optictx[models]'")
+transformers = pytest.importorskip("transformers", reason="pip install 'optictx[models]'")
 
 from optictx.models import rswa_cache, rswa_mask  # noqa: E402
 

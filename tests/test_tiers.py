@@ -28,9 +28,9 @@ def test_tier_images_are_derived_from_the_master_and_cached():
 
 
 def test_gundam_views_are_2x2_tiles_plus_global():
-    tiles, glob = gundam_views(Image.new("L", (1280, 1280), 255))
+    tiles, glob, grid = gundam_views(Image.new("L", (1280, 1280), 255))
     assert len(tiles) == 4 and all(t.size == (640, 640) for t in tiles)
-    assert glob.size == (1024, 1024)
+    assert glob.size == (1024, 1024) and grid == (2, 2)
 
 
 def test_wheel_carries_fonts_and_subpackages(tmp_path):

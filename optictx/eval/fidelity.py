@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cost import CostModel, get_cost_model
+from ..errors import need
 from ..images import PageImages
 from ..packer import Packer, Page
 from ..readers import CachedReader, char_accuracy, normalize
@@ -114,10 +115,9 @@ class Cell:
 
 
 def _word_acc(truth: str, read: str) -> float:
-    from rapidfuzz.distance import Levenshtein
-
+    levenshtein = need("rapidfuzz.distance", "eval").Levenshtein
     a, b = normalize(truth).split(), normalize(read).split()
-    return 1.0 - Levenshtein.distance(a, b) / max(len(a), len(b), 1)
+    return 1.0 - levenshtein.distance(a, b) / max(len(a), len(b), 1)
 
 
 def _number_recall(truth: str, read: str) -> float:
@@ -184,8 +184,7 @@ def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> d
 
 def pyplot() -> Any:
     """matplotlib.pyplot without a display (set here, at use, never at import of optictx)."""
-    import matplotlib
-
+    matplotlib = need("matplotlib", "eval")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

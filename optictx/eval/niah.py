@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from optictx.errors import ConfigError, MissingExtraError, need
+
 from ..budget import Budget
 from ..context import Context
 from ..io import read_jsonl
@@ -155,7 +157,7 @@ def _text_haystack(path: Path) -> list[Turn]:
     """A text file (or a folder of .txt files) as user/assistant turns of a few paragraphs each."""
     files = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
     if not files:
-        raise ValueError(f"{path}: no .txt files to build a haystack from")
+        raise ConfigError(f"{path}: no .txt files to build a haystack from")
     paras = [p.strip() for f in files for p in f.read_text(encoding="utf-8", errors="replace").split("\n\n")]
     paras = [p for p in paras if p]
     chunks = [" ".join(paras[i : i + 3]) for i in range(0, len(paras), 3)]
@@ -183,7 +185,7 @@ def haystack(source: str, tokens: int, seed: int) -> list[Turn]:
             if total >= tokens:
                 break
         if not pool:
-            raise ValueError(f"haystack {source!r} is empty")
+            raise ConfigError(f"haystack {source!r} is empty")
     return out
 
 
@@ -211,7 +213,7 @@ def make_needles(config: NiahConfig, depth: float, rng: random.Random) -> Needle
     kind = config.needle
     if kind == "free":
         if not (config.needle_text and config.question and config.answer):
-            raise ValueError("a free needle needs needle_text, question and answer")
+            raise ConfigError("a free needle needs needle_text, question and answer")
         return Needles([config.needle_text], [depth], [config.answer], config.question)
     what = "uuids" if kind == "uuid" else "numbers"
     k = key()
@@ -253,7 +255,7 @@ def insert(turns: list[Turn], sentence: str, depth: float) -> int:
     i = next((j for j in order if turns[j].role in ("user", "assistant") and isinstance(turns[j].content, str)
               and turns[j].text.strip()), None)
     if i is None:
-        raise ValueError("the haystack has no user or assistant text to hide a needle in")
+        raise ConfigError("the haystack has no user or assistant text to hide a needle in")
     text = turns[i].text
     offset = len(text) * max(0.0, min(1.0, (target - run) / max(sizes[i], 1)))
     cuts = [0, *(m.end() for m in _BOUNDARY.finditer(text)), len(text)]
@@ -351,7 +353,7 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
 def ask(ctx: Context, question: str, config: NiahConfig) -> str:
     """The context and the question to an OpenAI-compatible endpoint; the answer text."""
     if not (config.base_url and config.model):
-        raise ValueError("the vlm backend needs base_url and model")
+        raise ConfigError("the vlm backend needs base_url and model")
     from openai import OpenAI
 
     client = OpenAI(base_url=config.base_url, api_key=config.api_key, timeout=300, max_retries=2)
@@ -438,6 +440,17 @@ class _Inline:
 
 
 def _bar(total: int, show: bool) -> Any:
-    from tqdm import tqdm  # the eval extra has it
+    """A progress bar: tqdm's when it is installed (the eval extra), none otherwise."""
+    try:
+        tqdm = need("tqdm", "eval").tqdm
+    except MissingExtraError:
+        show, tqdm = False, None
+    return tqdm(total=total, desc="niah cells", unit="cell", disable=not show) if tqdm else _NoBar()
 
-    return tqdm(total=total, desc="niah cells", unit="cell", disable=not show)
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

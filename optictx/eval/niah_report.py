@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import need
 from .fidelity import pyplot, write_csv
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def _pct(x: float) -> str:
 
 
 def _heatmap(cells: Sequence[CellResult], path: Path, budget: float) -> None:
-    from matplotlib.colors import LinearSegmentedColormap
+    LinearSegmentedColormap = need("matplotlib.colors", "eval").LinearSegmentedColormap
 
     plt = pyplot()
     lengths = sorted({r.cell.length for r in cells})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..cost import Anthropic, get_cost_model
+from ..cost import COST_MODELS, Anthropic
 from ..images import PageImages
 from ..readers import CachedReader, char_accuracy
 from ..renderers import RenderConfig
@@ -74,8 +74,8 @@ def compare(reader: CachedReader, *, pages: int = 3, font_sizes: Sequence[int | 
     A reader sees our glyphs (upscaled to its working width) at `font_size * width / master`
     px; pixelprompt's images are enlarged to the same glyph size, so Tesseract's appetite for big
     glyphs favours neither."""
-    model, tok, texts = get_cost_model("anthropic"), get_tokenizer(), corpora()
-    assert isinstance(model, Anthropic)
+    model: Anthropic = COST_MODELS["anthropic"]  # type: ignore[assignment]
+    tok, texts = get_tokenizer(), corpora()
     rows = []
     for name in corpus_names:
         config = RenderConfig()

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from optictx.errors import ConfigError
+
 from ..cost import get_cost_model
 from ..images import PageImages
 from ..readers import CachedReader, char_accuracy
@@ -93,7 +95,7 @@ class Scorer:
         if key not in self._seen:
             layout, got = full_pages(config, self.turns, self.pages, config.tokens_per_page, skip=skip)
             if len(got) < self.pages:
-                raise ValueError(f"the corpus fills only {len(got)} pages after {skip} at "
+                raise ConfigError(f"the corpus fills only {len(got)} pages after {skip} at "
                                  f"{config.tokens_per_page} tokens/page; ask for fewer --pages")
             images = PageImages(layout)
             read = images.read(self.reader, got, self.tier)
