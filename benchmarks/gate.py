@@ -45,12 +45,13 @@ def main() -> None:
         reads = reader.read_batch([s.image for s in sent], [s.boxes for s in sent])
         bad = sum(1 for s, text in zip(sent, reads) if 1 - char_accuracy(s.text, text) > args.max_cer)
         tiers = Counter(s.tier.value for s in ctx.pages)
+        sealed = [p for p in mem.pages if p.sealed]
         extra = f", {gate.reads} page reads" if gate else ""
         print(f"{label}: first context {r['first']:.2f} s{extra}, second {r['second'] * 1000:.1f} ms; "
-              f"{len(mem._packer.sealed)} sealed pages; sent {dict(tiers)}, {ctx.tokens} tokens; "
+              f"{len(sealed)} sealed pages; sent {dict(tiers)}, {ctx.tokens} tokens; "
               f"sealed image pages over the threshold: {bad}/{len(sent)}")
         if gate:
-            floors = Counter(f.value for f in gate.floors(mem._packer.sealed, mem.images))
+            floors = Counter(f.value for f in gate.floors(sealed, mem.images))
             print(f"  floors: {dict(floors)}")
 
 

@@ -60,11 +60,11 @@ def floor_and_build(tokens: int, repeat: int) -> None:
 def context_latency(pages_wanted: int) -> None:
     mem = Memory(budget=Budget(tokens=8192), keep_recent=4, tokens_per_page=1000)
     tasks = 0
-    while len(mem._packer.sealed) < pages_wanted:
+    while sum(p.sealed for p in mem.pages) < pages_wanted:
         for m in conversation_of(20_000)[1:]:
             mem.add(m)
         tasks += 1
-    n = len(mem._packer.sealed)
+    n = sum(p.sealed for p in mem.pages)
     mem.context()  # warm
     t = best_of(mem.context, 20)
     print(f"2. context() with {n} sealed pages ({len(mem)} turns): {t * 1000:.2f} ms (target < 20 ms)")

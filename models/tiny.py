@@ -14,8 +14,8 @@ SPECIAL_TOKENS = ("<|begin▁of▁sentence|>", "<|end▁of▁sentence|>", "<|pad
 def tiny_tokenizer(vocab_size: int | None = None) -> Any:
     """Byte-level with no merges (256 byte tokens, then the special tokens, the image token last),
     or, with `vocab_size`, byte-level BPE trained here (0.1 s) on optictx's sample agent
-    conversation and stdlib docstrings: at 4,096 it counts the sample about as cl100k does (4% more
-    tokens), where bytes count 3.8x as many, so pages, turns and budgets keep real proportions."""
+    conversation and stdlib docstrings: at 4,096 it counts the sample about as cl100k does, where
+    bytes count several times as many, so pages, turns and budgets keep real proportions."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

@@ -1,7 +1,7 @@
 """Cost models: what one page image at a tier costs a consumer, in the tokens its decoder holds.
 
 Each preset is one registry line with its source; the formulas are pinned by tests against the
-published numbers in shared/reference (deepseek-ocr.md §1, anchors.md §5).
+published numbers (tests/test_cost.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class DeepSeekOCR(CostModel):
     """DeepSeek-OCR / Unlimited-OCR DeepEncoder: 16x16 patches, 16x compression, row newlines.
 
     Positions = q·(q+1) for the global view + (h_t·q')·(w_t·q'+1) for tiles + 1 separator,
-    q = side/64 (deepseek-ocr.md §1.4). Paper tokens leave out newlines and the separator.
+    q = side/64 (vLLM get_num_image_tokens). Paper tokens leave out newlines and the separator.
     """
 
     tile: int = 640
@@ -171,7 +171,7 @@ class Anthropic(CostModel):
 
     max_edge: int = 1568
     max_pixels: int = 1092 * 1092
-    max_images: int | None = 100  # anchors.md §5: 100 images per request (200k-context models)
+    max_images: int | None = 100  # Anthropic docs: 100 images per request (200k-context models)
 
     def seen_size(self, size: tuple[int, int]) -> tuple[int, int]:
         """The size Claude looks at after its resize (what a legibility test should read)."""
@@ -225,24 +225,24 @@ class QwenVL(CostModel):
 
 
 COST_MODELS: MappingProxyType[str, CostModel] = MappingProxyType({
-    # deepseek-ocr.md §1.4 (vLLM get_num_image_tokens, MAX_CROPS=6)
+    # DeepSeek-OCR's vLLM deepseek_ocr.py get_num_image_tokens (MAX_CROPS=6): features + row newlines + separator
     "deepseek-ocr": DeepSeekOCR("deepseek-ocr"),
-    # Unlimited-OCR keeps DeepSeek-OCR's DeepEncoder; only the decoder changes (rswa.md)
+    # Unlimited-OCR keeps DeepSeek-OCR's DeepEncoder; only the decoder changes (R-SWA)
     "unlimited-ocr": DeepSeekOCR("unlimited-ocr"),
-    # deepseek-ocr.md §5 (DeepEncoder V2: 256 + 144 per 768 crop, + separator)
+    # DeepSeek-OCR 2's DeepEncoder V2 (transformers deepseek_ocr2): 256 + 144 per 768 crop, + separator
     "deepseek-ocr-2": DeepSeekOCR2("deepseek-ocr-2"),
-    # anchors.md §5, OpenAI vision guide "Calculating costs"
+    # OpenAI vision guide, "Calculating costs" (tiles)
     "openai:gpt-4o": OpenAITiles("openai:gpt-4o"),
     "openai:gpt-4o:low": OpenAITiles("openai:gpt-4o:low", detail="low"),
     "openai:gpt-4.1": OpenAITiles("openai:gpt-4.1"),
-    # anchors.md §5, patch-based tokenization, multiplier 1.62
+    # OpenAI vision guide, patch-based image tokenization (multipliers 1.62 and 2.46)
     "openai:gpt-4.1-mini": OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62),
     "openai:gpt-4.1-nano": OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46),
-    # anchors.md §5, Claude vision docs
+    # Anthropic "Images and vision" docs: w*h/750 after the long-edge resize
     "anthropic": Anthropic("anthropic"),
-    # anchors.md §5, Gemini token docs (2.x)
+    # Gemini API token docs (2.x): 258 per 768-px tile
     "gemini": Gemini("gemini"),
-    # anchors.md §5, transformers image_processing_qwen2_vl smart_resize defaults
+    # transformers image_processing_qwen2_vl smart_resize defaults (one token per 28x28 px)
     "qwen2.5-vl": QwenVL("qwen2.5-vl"),
 })
 

@@ -43,8 +43,8 @@ class Factsheet:
 
     Which strings get the room, most needed first: those of dropped turns (a dropped page has lost
     every string on it; what users and the agent said before tool results, newest first), then
-    those of imaged turns, oldest first (older pages are sent at blurrier tiers: a TINY page reads
-    97-100% of 7-digit numbers but 30% of UUIDs, a LARGE one nearly all; BENCHMARKS.md). Strings
+    those of imaged turns, oldest first (older pages are sent at blurrier tiers, and a TINY page
+    loses long ids well before numbers; BENCHMARKS.md, "7-digit needles"). Strings
     the pages still show are not listed again for dropped turns.
 
     The memory places the lines it keeps: those of dropped turns under `gone_header` before the

@@ -9,8 +9,8 @@ taken as legible too, so a page costs one read when its smallest tier passes.
 
     mem = Memory(gate=LegibilityGate(TesseractReader(), max_cer={Tier.TINY: 0.03, Tier.SMALL: 0.01}))
 
-Off by default: Tesseract needs 0.3-0.7 s per page read on two cores, paid once per page
-(results are cached by page digest), while the default path renders in milliseconds.
+Off by default: a Tesseract read costs far more than rendering a page (BENCHMARKS.md, "Legibility
+gate"), paid once per page (results are cached by page digest).
 """
 
 from __future__ import annotations

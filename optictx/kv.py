@@ -85,7 +85,7 @@ def _decoder_config(config: Any) -> Any:
 
 
 KV_PRESETS: MappingProxyType[str, KVGeometry] = MappingProxyType({
-    # DeepSeek-OCR / Unlimited-OCR decoder: 12 layers, MHA 10 heads x 128, bf16 (rswa.md §1)
+    # DeepSeek-OCR / Unlimited-OCR decoder: 12 layers, MHA 10 heads x 128, bf16 (its config.json)
     "deepseek-ocr": KVGeometry(layers=12, kv_heads=10, head_dim=128, dtype_bytes=2),
     "unlimited-ocr": KVGeometry(layers=12, kv_heads=10, head_dim=128, dtype_bytes=2),
 })

@@ -1,8 +1,8 @@
 """Readers turn a page image back into text, to measure what a consumer can still see.
 
-`TesseractReader` is the independent reader: Tesseract 5 in-process through tesserocr (1.4x
-faster per page than the pytesseract subprocess here, 3x when OpenMP is left to oversubscribe two
-cores), with the English model from Debian's `tesseract-ocr` package. The readers issue extends
+`TesseractReader` is the independent reader: Tesseract 5 in-process through tesserocr (faster per
+page than a pytesseract subprocess, no process per read), with the English model from Debian's
+`tesseract-ocr` package. The readers issue extends
 this module (line-box reading); `OpenAIReader` reads through any OpenAI-compatible VLM server.
 """
 

@@ -110,8 +110,8 @@ class AgeLadder:
     # Tiers move only every `hold` pages: until a block of `hold` new pages is complete, the new
     # ones take the newest step's tier and older pages keep theirs. Every tier change re-encodes a
     # page and breaks a prompt prefix cache (a local model's KV, a provider's prompt cache) at that
-    # page, so holding trades a few sharper (costlier) pages for a prefix that stays put: with
-    # pairs, prefill per call 587 -> 495 tokens for 4% more prompt (benchmarks/local_model.py).
+    # page, so holding trades a few sharper (costlier) pages for a prefix that stays put
+    # (BENCHMARKS.md, "Local optical model": prefill per call and prompt size per `hold`).
     hold: int = 2
     unsealed: Tier | None = Tier.TEXT
 
@@ -144,10 +144,9 @@ class OldestFirst:
 
     With `shrink_first` (the default) every page is first shrunk to its least sharp visible tier,
     oldest first, and only then are pages dropped: a dropped page loses all its text, a TINY one
-    keeps 99.8% of prose (BENCHMARKS.md), and the seven pages the ladder keeps sharp cost as much
-    as 19 TINY ones. `shrink_first=False` keeps the newest pages sharp and drops old ones sooner
-    (`optictx niah`, a 100k-token agent conversation at a 10% budget: 60% of needles kept that
-    way, 70% with shrink_first).
+    still reads nearly all of it, and the pages the ladder keeps sharp cost as much as many TINY
+    ones. `shrink_first=False` keeps the newest pages sharp and drops old ones sooner, which kept
+    fewer needles (BENCHMARKS.md, "Needle in a haystack").
     """
 
     batch: int = 4

@@ -52,10 +52,9 @@ def tier_image(
 ) -> Image.Image:
     """The master downscaled to the tier's side; the master itself when sizes match.
 
-    An integer factor (1280 -> 640) is an exact box average (`reduce`): Tesseract read it as well
-    as Lanczos (prose 99.96% vs 99.89%, agent 94.2% vs 93.6%) in a quarter of the time. The rest
-    of the way (640 -> 512, 1280 -> 1024) is bilinear: at TINY it read within 0.3 points of direct
-    Lanczos (prose 99.77% vs 99.86%, agent 91.7% vs 92.0%; 3 pages each) at 6x the speed.
+    An integer factor (1280 -> 640) is an exact box average (`reduce`), the rest of the way
+    (640 -> 512, 1280 -> 1024) bilinear: Tesseract reads them as well as direct Lanczos at a
+    fraction of the time (BENCHMARKS.md, "Building a 100k-token memory").
     """
     side = tier.side
     if side is None:

@@ -26,7 +26,7 @@ class RenderConfig(BaseModel):
 
     size: int = Field(1280, ge=256, le=4096, description="master page side in px (square)")
     margin: int = Field(24, ge=0, le=256)
-    # 21 px fills a 1000-token prose page; benchmarks/density.py measured SMALL >= 98% there.
+    # 21 px fills a 1000-token prose page and still reads at SMALL (BENCHMARKS.md, "Text density").
     font_size: int = Field(21, ge=6, le=96, description="body and code text, px at master size")
     header_size: int = Field(17, ge=6, le=96)
     line_spacing: float = Field(1.18, ge=1.0, le=3.0, description="line pitch / font size")

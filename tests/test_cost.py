@@ -1,4 +1,4 @@
-"""Cost formulas pinned against the published numbers (shared/reference)."""
+"""Cost formulas pinned against the published numbers (providers' docs, DeepSeek-OCR's code)."""
 
 import pytest
 
@@ -41,7 +41,7 @@ def test_deepseek_ocr2():
 
 def test_openai_tiles_worked_examples():
     m = get_cost_model("openai:gpt-4o")
-    assert m.image_tokens(Tier.LARGE, (595, 842)) == 765  # anchors.md worked example
+    assert m.image_tokens(Tier.LARGE, (595, 842)) == 765  # an A4 page at 72 dpi, by OpenAI's tile rule
     assert m.image_tokens(Tier.LARGE, (793, 1123)) == 1105
     assert m.page_tokens(Tier.LARGE) == 765  # 1280 -> 768 -> 2x2 tiles
     assert m.page_tokens(Tier.TINY) == 255  # one tile
