@@ -97,7 +97,13 @@ class Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
 
     def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
-        return Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts)
+        new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts)
+        # The same tiers: what was derived from them holds (recomputing it walks every page).
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
+        return new
+
+
+_DERIVED = ("sent", "page_tokens", "tokens", "shown_by")
 
 
 def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Plan:
