@@ -161,10 +161,12 @@ class Context:
     budget: Budget
     vision: CostModel
     gone: tuple[Page, ...] = ()
-    pieces: tuple[Piece, ...] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "pieces", _pieces(self.segments))
+    @cached_property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The prompt in order as pieces, derived from the segments alone (every text they need is
+        in them), on first use: a context that is never exported or prompted does not pay."""
+        return _pieces(self.segments)
 
     @property
     def tokens(self) -> int:

@@ -139,8 +139,8 @@ class Memory:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
         for turn in self._store.since(self._last_id):
             self._ingest(turn)
-        first, blobs = self._packer.unsaved()
-        self._store.save_pages(self._packer.key, first, blobs)
+        if self._packer.has_unsaved:
+            self._store.save_pages(self._packer.key, *self._packer.unsaved())
 
     @contextmanager
     def batch(self) -> Iterator[Memory]:

@@ -159,6 +159,7 @@ class PackView:
     `preview` lays turns out after it without changing it (or the packer)."""
 
     sealed: tuple[Page, ...]
+    sealed_tokens: tuple[int, ...]  # each sealed page's text tokens (`Page.tokens`), for pricing
     open_entries: tuple[Entry, ...]
     cols: Columns = field(repr=False)
     tokens_per_page: int
@@ -218,7 +219,7 @@ class Packer:
         self.tokens_per_page = tokens_per_page
         self.entries = _Lines(layout, tokenizer)
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
-        self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
+        self._view = PackView((), (), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
         self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
         self._saved = 0  # sealed pages already handed to the store
 
@@ -246,7 +247,7 @@ class Packer:
             sealed = tuple(_page_from_blob(b, i, self._style) for i, b in enumerate(blobs))
         except (ValueError, KeyError, TypeError):
             return False
-        self._view = replace(self._view, sealed=sealed)
+        self._view = replace(self._view, sealed=sealed, sealed_tokens=tuple(p.tokens or 0 for p in sealed))
         self._saved = len(sealed)
         if sealed:
             last, done = sealed[-1].entries[-1].turn_id, 0
@@ -257,6 +258,10 @@ class Packer:
                     break
             self._resume = (last, done)
         return True
+
+    @property
+    def has_unsaved(self) -> bool:
+        return self._saved < len(self.sealed)
 
     def unsaved(self) -> tuple[int, Iterator[str]]:
         """Pages sealed since the last call (or the restore) as stored blobs: (first index, blobs).
@@ -280,6 +285,8 @@ class Packer:
             skip = done if turn.id == last else 0
         full, rest, cols = self._view.fill(self.entries(turn)[skip:])
         new = [replace(p, tokens=self.tokenizer.count(p.text)) for p in full]
-        self._view = replace(self._view, sealed=(*self.sealed, *new), open_entries=tuple(rest), cols=cols)
+        view = self._view
+        self._view = replace(view, sealed=(*view.sealed, *new), open_entries=tuple(rest), cols=cols,
+                             sealed_tokens=(*view.sealed_tokens, *(p.tokens for p in new)))
         self.entries.forget(turn)
         return new
