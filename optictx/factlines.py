@@ -37,26 +37,26 @@ class TurnFacts:
         if turn.role == "tool":
             self.tool_turns.add(turn.id)  # type: ignore[arg-type]
 
-    def of(self, ids: set[int], sheet: Factsheet, window: Sequence[Turn]) -> Mapping[int, tuple[str, ...]]:
-        """A lazy mapping over `ids`: a turn is looked at (in `window`, else read) when listed."""
-        if sheet.finder is not self._finder:
-            self._found, self._finder = {}, sheet.finder
-        return _Lazy(self, ids, sheet, {t.id: t for t in window})  # type: ignore[misc]
+    def of(self, ids: set[int], factsheet: Factsheet, recent: Sequence[Turn]) -> Mapping[int, tuple[str, ...]]:
+        """A lazy mapping over `ids`: a turn is looked at (in `recent`, else read) when listed."""
+        if factsheet.finder is not self._finder:
+            self._found, self._finder = {}, factsheet.finder
+        return _Lazy(self, ids, factsheet, {t.id: t for t in recent})  # type: ignore[misc]
 
-    def strings(self, tid: int, sheet: Factsheet, window: Mapping[int, Turn]) -> tuple[str, ...]:
+    def strings(self, tid: int, factsheet: Factsheet, recent: Mapping[int, Turn]) -> tuple[str, ...]:
         found = self._found.get(tid)
         if found is None:
-            turn = window.get(tid) or self._read([tid])[tid]
-            found = self._found[tid] = sheet.extract(" ".join(turn.texts))
+            turn = recent.get(tid) or self._read([tid])[tid]
+            found = self._found[tid] = factsheet.extract(" ".join(turn.texts))
         return found
 
 
 class _Lazy(Mapping[int, tuple[str, ...]]):
-    def __init__(self, facts: TurnFacts, ids: set[int], sheet: Factsheet, window: dict[int, Turn]) -> None:
-        self._facts, self._ids, self._sheet, self._window = facts, ids, sheet, window
+    def __init__(self, facts: TurnFacts, ids: set[int], factsheet: Factsheet, recent: dict[int, Turn]) -> None:
+        self._facts, self._ids, self._factsheet, self._recent = facts, ids, factsheet, recent
 
     def __getitem__(self, tid: int) -> tuple[str, ...]:
-        return self._facts.strings(tid, self._sheet, self._window)
+        return self._facts.strings(tid, self._factsheet, self._recent)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._ids)
@@ -65,19 +65,19 @@ class _Lazy(Mapping[int, tuple[str, ...]]):
         return len(self._ids)
 
 
-def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[Turn],
+def fact_lines(plan: Plan, factsheet: Factsheet, facts: TurnFacts, recent: Sequence[Turn],
                count: Callable[[str], int]) -> Lines:
     """Factsheet lines for the turns on sealed image pages and on dropped pages.
 
     Text pages need none, and neither does the page not sealed yet: it is the newest, so the
-    sharpest, and it changes with every turn; a sheet that followed it would change every turn
+    sharpest, and it changes with every turn; a factsheet that followed it would change every turn
     too, and with it the prompt after it (prefix caches, `optictx.models`)."""
     # The lines follow from which pages are dropped and which sealed ones are images, nothing
     # else: the same split gives the same lines. Walking every dropped turn again is most of a
     # context() over a thousand pages, and most calls (after an add, before a seal) repeat a split.
     split = tuple((p.index if p.sealed else p.turn_ids, t is Tier.GONE) for p, t in zip(plan.pages, plan.sent)
                   if t is Tier.GONE or (p.sealed and t.is_image))
-    key = (sheet, count, split)
+    key = (factsheet, count, split)
     try:
         found = facts.lines_cache.get(key)
     except TypeError:  # a finder that cannot be hashed: no cache
@@ -86,18 +86,18 @@ def fact_lines(plan: Plan, sheet: Factsheet, facts: TurnFacts, window: Sequence[
         return found
     imaged = plan.shown_by.keys()
     gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
-    strings = facts.of(imaged | gone, sheet, window)
+    strings = facts.of(imaged | gone, factsheet, recent)
     shown: set[str] = set()
     if gone:  # strings that sealed image pages still show need no line for a dropped turn
         for tid in imaged:
             shown.update(strings[tid])
-    lines = sheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
+    lines = factsheet.lines(strings, count, gone, facts.tool_turns & gone, shown)
     if key is not None:
         facts.lines_cache[key] = lines
     return lines
 
 
-def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) -> dict[int, str]:
+def factsheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) -> dict[int, str]:
     """Factsheet texts by place: -1 before the first page (dropped turns' lines, under
     `gone_header`), i right after page i of the plan (the turns that page is the last sealed
     image to show). Lines in turn order, so a sealed page's new lines join the prompt at its end."""
@@ -109,20 +109,20 @@ def sheet_parts(plan: Plan, lines: Sequence[tuple[int, str]], gone_header: str) 
     return {i: "\n".join(g) for i, g in groups.items()}
 
 
-def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, fitter: Fitter,
-                   window: Sequence[Turn], count: Callable[[str], int]) -> Plan:
+def with_factsheet(plan: Plan, limit: int, factsheet: Factsheet, facts: TurnFacts, fitter: Fitter,
+                   recent: Sequence[Turn], count: Callable[[str], int]) -> Plan:
     """The plan with its factsheet under a budget of `limit` tokens, after demoting or dropping
-    the oldest pages if the sheet needs room (`Plan.factsheet`: the sheet's texts by place).
+    the oldest pages if the factsheet needs room (`Plan.factsheet`: the factsheet's texts by place).
 
-    The sheet may push pages out, up to its cap: its lines for dropped turns are a far denser
+    The factsheet may push pages out, up to its room: its lines for dropped turns are a far denser
     record than the pages (a TINY page costs 73 tokens; the strings users and the agent named
     on ~4 agent pages fit in as many). Its lines are taken again from the new plan, so the
     turns it pushed out are listed first (BENCHMARKS.md, "Needle in a haystack": the needles
-    kept this way and when the sheet could only shrink pages).
+    kept this way and when the factsheet could only shrink pages).
     """
-    lines = fact_lines(plan, sheet, facts, window, count)
-    room = sheet.room(limit)
-    want = min(room, _cost(count, sheet, plan, lines)) if lines else 0
+    lines = fact_lines(plan, factsheet, facts, recent, count)
+    room = factsheet.room(limit)
+    want = min(room, _cost(count, factsheet, plan, lines)) if lines else 0
     short = want - (limit - plan.tokens)
     if short > 0:
         # The fitter only ever demotes, so it can go on from this plan with less room; with
@@ -133,11 +133,11 @@ def with_factsheet(plan: Plan, limit: int, sheet: Factsheet, facts: TurnFacts, f
         dropped = plan.sent.count(Tier.GONE)
         plan = plan.with_tiers(tiers)
         if plan.sent.count(Tier.GONE) > dropped:
-            lines = fact_lines(plan, sheet, facts, window, count)
-    kept = sheet.select(lines, min(room, limit - plan.tokens), partial(_cost, count, sheet, plan))
-    return plan.with_factsheet(sheet_parts(plan, kept, sheet.gone_header))
+            lines = fact_lines(plan, factsheet, facts, recent, count)
+    kept = factsheet.select(lines, min(room, limit - plan.tokens), partial(_cost, count, factsheet, plan))
+    return plan.with_factsheet(factsheet_parts(plan, kept, factsheet.gone_header))
 
 
-def _cost(count: Callable[[str], int], sheet: Factsheet, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:
+def _cost(count: Callable[[str], int], factsheet: Factsheet, plan: Plan, lines: Sequence[tuple[int, str]]) -> int:
     """Tokens of these lines as placed (one text per place, each with its own header or none)."""
-    return sum(count(text) for text in sheet_parts(plan, lines, sheet.gone_header).values())
+    return sum(count(text) for text in factsheet_parts(plan, lines, factsheet.gone_header).values())

@@ -195,13 +195,13 @@ class OldestFirst:
 def _monotone_older(tiers: list[Tier], costs: Sequence[PageCost], start: int, end: int) -> int:
     """Make tiers[start:end] monotone against tiers[end] (newest to oldest); returns the cost change."""
     delta = 0
-    cap = tiers[end].rank if end < len(tiers) else Tier.TEXT.rank
+    newer = tiers[end].rank if end < len(tiers) else Tier.TEXT.rank
     for i in range(end - 1, start - 1, -1):
-        if tiers[i].rank > cap:
-            new = costs[i].best_at_most(cap)
+        if tiers[i].rank > newer:
+            new = costs[i].best_at_most(newer)
             delta += costs[i].cost(new) - costs[i].cost(tiers[i])
             tiers[i] = new
-        cap = tiers[i].rank
+        newer = tiers[i].rank
     return delta
 
 
