@@ -17,7 +17,7 @@ from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
 from .io import read_jsonl
 from .memory import Memory
-from .report import contact_sheet, plan_table
+from .report import contact_sheet, plan_table, printable
 from .turns import Turn, to_turn
 
 T = TypeVar("T")
@@ -269,15 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args))
-    except OptictxError as exc:
-        print(f"optictx: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # invalid settings (pydantic) are user errors too
-        print(f"optictx: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `optictx plan ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    # Invalid settings (pydantic's ValueError) and files that cannot be written (--out naming a
+    # file, a full disk) are the user's to fix too: one line, exit 2, no traceback.
+    except (OptictxError, ValueError, OSError) as exc:
+        print(f"optictx: error: {printable(str(exc))}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

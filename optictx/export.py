@@ -6,7 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from .turns import Turn
+from .turns import Turn, check_json
 
 if TYPE_CHECKING:  # the context imports this module: its types are named, never imported
     from .context import Context, PageSegment
@@ -66,11 +66,18 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text if text.strip() else "(empty message)"}
 
 
+def image_url(part: dict[str, Any]) -> str:
+    """An OpenAI image part's URL: clients send {"url": ...} or, some, the URL as a bare string."""
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    return url if isinstance(url, str) else ""
+
+
 def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
     if part["type"] == "text":
         return _text_block(part["text"])
     if part["type"] == "image_url":
-        url = (part.get("image_url") or {}).get("url", "")
+        url = image_url(part)
         m = _DATA_URI.match(url)
         if m:
             return {"type": "image", "source": {"type": "base64", "media_type": m.group(1), "data": m.group(2)}}
@@ -82,7 +89,8 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+        check_json(value, "arguments")  # nested past what a JSON encoder will write back
+    except (ValueError, RecursionError):
         return {"_unparsed_arguments": arguments}  # keep what the model wrote; tool_use needs an object
     return value if isinstance(value, dict) else {"value": value}
 
@@ -95,6 +103,8 @@ def _anthropic_message(turn: Turn) -> dict[str, Any]:
         blocks = [_text_block(turn.content)] if turn.content or not turn.tool_calls else []
     else:
         blocks = [_anthropic_part(p) for p in turn.content]
+        if not blocks and not turn.tool_calls:  # an empty list: the API refuses empty content
+            blocks = [_text_block("")]
     for call in turn.tool_calls:
         blocks.append({"type": "tool_use", "id": call.id, "name": call.function.name,
                        "input": _tool_input(call.function.arguments)})

@@ -19,13 +19,17 @@ def read_jsonl(path: str | Path) -> list[Turn]:
     except OSError as exc:
         raise ConversationFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     turns: list[Turn] = []
-    for lineno, line in enumerate(raw.decode("utf-8", errors="surrogateescape").splitlines(), 1):
+    # Lines end at "\n" (and "\r\n") only: str.splitlines would also split at U+2028, U+0085 and
+    # other characters that JSON strings may hold raw.
+    for lineno, line in enumerate(raw.decode("utf-8", errors="surrogateescape").split("\n"), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except ValueError as exc:
             raise ConversationFileError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
+        except RecursionError:
+            raise ConversationFileError(f"{path}:{lineno}: JSON nested too deeply to read") from None
         try:
             turns.append(to_turn(obj))
         except (TypeError, ValueError) as exc:

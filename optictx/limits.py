@@ -42,7 +42,12 @@ class Limits(BaseModel):
 
 
 def turn_chars(turn: Turn) -> int:
-    n = sum(map(len, turn.texts[1:]))  # the tool calls
+    """Characters of every field a turn stores: content, name, tool ids and calls, metadata (with
+    the unknown keys kept there), as JSON where they are not text."""
+    n = sum(map(len, turn.texts[1:])) + sum(len(c.id) for c in turn.tool_calls)  # the tool calls
+    n += len(turn.name or "") + len(turn.tool_call_id or "")
+    if turn.metadata:
+        n += len(json.dumps(turn.metadata, ensure_ascii=False))
     if isinstance(turn.content, str):
         return n + len(turn.content)
     for part in turn.content:

@@ -13,18 +13,18 @@ from .assemble import assemble
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import ConfigError, StoreError
+from .errors import StoreError
 from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .lru import LRU
-from .packer import Packer, Page
+from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
 from .plan import Snapshot, plan, safe_cuts
 from .policy import Fitter, Ladder, Policy
 from .renderers import Layout, RenderConfig
-from .settings import from_meta, to_meta
+from .settings import as_budget, as_render, check_int, from_meta, to_meta
 from .store import MemoryStore, SQLiteStore, Store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
@@ -57,7 +57,7 @@ class Memory:
         self,
         *,
         vision: str | CostModel = "deepseek-ocr",
-        budget: Budget = DEFAULT_BUDGET,
+        budget: Budget | int = DEFAULT_BUDGET,
         keep_recent: int = 4,
         store: str | Path | Store | None = None,
         tokens_per_page: int | None = None,
@@ -68,16 +68,18 @@ class Memory:
         policy: Policy | None = None,
         **policy_fields: Any,
     ) -> None:
-        """`policy`: how contexts are planned (`Policy`); `ladder=`, `fitter=`, `factsheet=`,
-        `limits=` and `sticky_tiers=` are shorthands that set those fields of it."""
-        if keep_recent < 0:
-            raise ConfigError(f"keep_recent must be >= 0, got {keep_recent}")
+        """`budget`: a Budget, or an int for a token budget. `policy`: how contexts are planned
+        (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=` and `sticky_tiers=` are
+        shorthands that set those fields of it. Every setting is checked here: a bad one raises
+        ConfigError naming it."""
+        self.keep_recent = check_int(keep_recent, "keep_recent", 0)
         self.policy = Policy.from_kwargs(policy, policy_fields)
         self.vision = get_cost_model(vision)
-        self.budget = budget
-        self.keep_recent = keep_recent
-        self.render = RenderConfig.load(render) if isinstance(render, (str, Path)) else render or RenderConfig()
-        self.tokens_per_page = tokens_per_page or self.render.tokens_per_page
+        self.budget = as_budget(budget)
+        self.render = as_render(render)
+        self.tokens_per_page = self.render.tokens_per_page if tokens_per_page is None else check_int(
+            tokens_per_page, "tokens_per_page", MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE)
+        check_int(image_cache_bytes, "image_cache_bytes", 0)
         self.tokenizer = get_tokenizer(tokenizer)
         self.gate = gate
         self.layout = Layout(self.render)
@@ -248,14 +250,14 @@ class Memory:
             self._sync()
             return [*self._packer.sealed, *self._packer.preview()]
 
-    def context(self, *, budget: Budget | None = None, vision: str | CostModel | None = None) -> Context:
+    def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None) -> Context:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big."""
         with self._lock:
             self._sync()
             return self._context(budget, vision)
 
-    def _context(self, budget: Budget | None, vision: str | CostModel | None) -> Context:
-        budget = budget or self.budget
+    def _context(self, budget: Budget | int | None, vision: str | CostModel | None) -> Context:
+        budget = self.budget if budget is None else as_budget(budget)
         cost = self.vision if vision is None else get_cost_model(vision)
         snap = self._snapshot(budget, cost)
         fitted = plan(snap, budget, cost, self.policy)

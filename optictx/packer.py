@@ -19,6 +19,8 @@ from .renderers import Block, Columns, Layout, Line
 from .tokens import Tokenizer
 from .turns import Turn
 
+MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE = 16, 65_536  # a page holds ~1,000 at the default size
+
 # Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
 # by an older optictx are re-packed instead of mixed with new ones.
 PACK_VERSION = 1
@@ -212,8 +214,9 @@ class Packer:
     """
 
     def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
-        if tokens_per_page < 16:
-            raise ConfigError(f"tokens_per_page={tokens_per_page} is too small; use 16 or more")
+        if not MIN_TOKENS_PER_PAGE <= tokens_per_page <= MAX_TOKENS_PER_PAGE:
+            raise ConfigError(f"tokens_per_page={tokens_per_page} is out of range "
+                              f"[{MIN_TOKENS_PER_PAGE}, {MAX_TOKENS_PER_PAGE}]")
         self.layout = layout
         self.tokenizer = tokenizer
         self.tokens_per_page = tokens_per_page

@@ -52,6 +52,17 @@ class Policy:
     sticky: bool = False
     limits: Limits = Limits()  # noqa: RUF009
 
+    def __post_init__(self) -> None:
+        checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
+                  "fitter": callable(getattr(self.fitter, "fit", None)),
+                  "factsheet": self.factsheet is None or isinstance(self.factsheet, Factsheet),
+                  "sticky": isinstance(self.sticky, bool), "limits": isinstance(self.limits, Limits)}
+        wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
+                 "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits"}
+        for name, ok in checks.items():
+            if not ok:
+                raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
+
     @classmethod
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:

@@ -45,12 +45,18 @@ def _rounded(item: tuple[str, float]) -> tuple[str, int]:
     return item[0], round(item[1])
 
 
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control, format and line-separator characters escaped (a turn
+    holding ESC sequences must not drive the terminal that prints it)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def plan_table(ctx: Context, turns: Sequence[Turn], text_tokens: int) -> str:
     """A Markdown table of every turn's place in the context, then the totals."""
     rows = ["| turn | role | placed | tokens | preview |", "|---:|---|---|---:|---|"]
     for t, place, tokens in turn_placement(ctx, turns):
         calls = ", ".join(c.function.name for c in t.tool_calls)
-        preview = " ".join(t.text.split())[:48].replace("|", "\\|") or calls
+        preview = printable(" ".join(t.text.split())[:48] or calls).replace("|", "\\|")
         rows.append(f"| {t.id} | {t.role} | {place} | {tokens} | {preview} |")
     r = ctx.report()
     ratio = text_tokens / ctx.tokens if ctx.tokens else float("nan")

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .budget import Budget
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .limits import Limits
 from .renderers import RenderConfig
 
@@ -41,7 +41,16 @@ def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
                 out[key] = model.model_validate(meta[key])
             except (ValidationError, ValueError, TypeError) as exc:
                 raise StoreError(f"{path}: damaged settings: {key}: {_first_error(exc)}") from exc
+    # A memory file is data, not a config: it must not make optictx read whatever file it names.
+    fonts = out["render"].fallback_fonts if "render" in out else ()
+    bad = [f for f in fonts if Path(f).suffix.lower() not in _FONT_SUFFIXES]
+    if bad:
+        raise StoreError(f"{path}: damaged settings: render.fallback_fonts names files that are not fonts "
+                         f"({', '.join(map(repr, bad))[:200]}); pass render= to Memory.open to override")
     return out
+
+
+_FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".otc")
 
 
 def _first_error(exc: Exception) -> str:
@@ -49,3 +58,34 @@ def _first_error(exc: Exception) -> str:
         err = exc.errors()[0]
         return f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}"
     return str(exc)
+
+
+def as_budget(value: Any, field: str = "budget") -> Budget:
+    """A Budget, or an int taken as a token budget (`Memory(budget=8192)`); ConfigError otherwise."""
+    if isinstance(value, Budget):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return Budget(tokens=value)
+        except ValidationError as exc:
+            raise ConfigError(f"{field}={value}: {_first_error(exc)}") from None
+    raise ConfigError(f"{field} must be a Budget or a token count (int), got {type(value).__name__}")
+
+
+def check_int(value: Any, field: str, lo: int, hi: int | None = None) -> int:
+    """`value` as an int in [lo, hi]; ConfigError naming `field` otherwise (bools are not ints here)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{field} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        raise ConfigError(f"{field}={value} is out of range [{lo}, {hi if hi is not None else 'inf'}]")
+    return value
+
+
+def as_render(value: Any) -> RenderConfig:
+    if value is None:
+        return RenderConfig()
+    if isinstance(value, RenderConfig):
+        return value
+    if isinstance(value, (str, Path)):
+        return RenderConfig.load(value)
+    raise ConfigError(f"render must be a RenderConfig or the path of its JSON file, got {type(value).__name__}")

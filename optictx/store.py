@@ -12,6 +12,10 @@ Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test
 - Pages are derived data, stored beside the turns under a key naming everything that shapes them
   (render settings, fonts, page density, tokenizer). They are a cache: a missing, damaged or
   foreign-keyed page set is rebuilt from the turns, never mixed with pages of other settings.
+- Every row written since schema 3 carries a CRC-32 of its text, so a flipped byte is a
+  StoreError naming the file (or, in a page, a page re-packed), never a silently different turn.
+  A turn is read back before it is committed: nothing is stored that cannot be opened again.
+  Opening never writes what is already there, so a memory on a full disk still opens for reading.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -27,8 +32,9 @@ from typing import Any, Protocol
 from .errors import StoreError
 from .turns import Turn
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _APP_ID = 0x6F707478  # "optx": marks the file as an optictx memory
+_MIN_FILE = 512  # SQLite's smallest page size: every database file holds at least one page
 _BUSY_TIMEOUT_S = 60.0  # how long a writer waits for another process's transaction to finish
 
 # Each schema version's tables, created in order; opening an older file runs the missing steps.
@@ -37,6 +43,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
     2: ("CREATE TABLE pages (key TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, "
         "PRIMARY KEY (key, idx))",),
+    3: (),  # rows written from here on start with the CRC-32 of their text (_sealed); older ones do not
 }
 
 
@@ -128,8 +135,11 @@ class SQLiteStore:
         self._depth = 0  # nesting of batch()
         if not create and not self.path.is_file():
             raise StoreError(f"{self.path}: no such memory file")
-        if not create and self.path.stat().st_size == 0:
-            raise StoreError(f"{self.path}: empty file, not an optictx memory")
+        size = self.path.stat().st_size if self.path.is_file() else None
+        if size == 0:  # SQLite would take it as a new database, hiding a file cut to nothing
+            raise StoreError(f"{self.path}: empty file, not an optictx memory (remove it to start a new one)")
+        if size is not None and size < _MIN_FILE:  # shorter than one SQLite page: cut, or not SQLite at all
+            raise StoreError(f"{self.path}: {size} bytes, too short for an optictx memory (a damaged file?)")
         try:
             self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False,
                                        isolation_level=None)
@@ -159,6 +169,8 @@ class SQLiteStore:
             if app_id != _APP_ID:
                 raise StoreError(f"{self.path}: this SQLite file is not an optictx memory")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version < 1:
+                raise StoreError(f"{self.path}: damaged optictx memory (schema version {version})")
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path}: written by a newer optictx (schema {version}, this one reads "
                                  f"up to {SCHEMA_VERSION}); upgrade optictx")
@@ -208,9 +220,15 @@ class SQLiteStore:
             with self._write():
                 (next_id,) = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM turns").fetchone()
                 stored = turn.model_copy(update={"id": next_id})
-                self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, _dump(stored)))
+                body = _dump(stored)
+                # Never commit what a later open could not read back. What comes back is the turn
+                # as stored: a JSON reader joins a surrogate pair written as two escapes.
+                stored = _load(body)
+                self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, _sealed(body)))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store a turn ({exc})") from exc
+        except (ValueError, RecursionError) as exc:
+            raise StoreError(f"{self.path}: turn {next_id} would not read back ({exc}); nothing stored") from None
         return stored
 
     def since(self, after: int) -> list[Turn]:
@@ -232,10 +250,9 @@ class SQLiteStore:
         try:
             with self._lock:
                 rows = self._db.execute(sql, args).fetchall()
-            # json.loads, not pydantic's parser: only the stdlib one accepts lone-surrogate escapes.
-            turns = [Turn.model_validate(json.loads(body)) for (_, body) in rows]
-        except (sqlite3.DatabaseError, ValueError) as exc:
-            raise StoreError(f"{self.path}: corrupt turn data ({exc})") from exc
+            turns = [_load(_unsealed(body)) for (_, body) in rows]
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+            raise StoreError(f"{self.path}: corrupt turn data ({type(exc).__name__}: {exc})"[:500]) from None
         bad = next((i for (i, _), t in zip(rows, turns) if t.id != i), None)
         if bad is not None:
             raise StoreError(f"{self.path}: corrupt turn data (row {bad} holds another turn's id)")
@@ -245,14 +262,20 @@ class SQLiteStore:
         try:
             with self._lock:
                 row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
-            return json.loads(row[0]) if row else None
-        except (sqlite3.DatabaseError, ValueError) as exc:
-            raise StoreError(f"{self.path}: corrupt settings ({exc})") from exc
+            return json.loads(_unsealed(row[0])) if row else None
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+            raise StoreError(f"{self.path}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         try:
+            if self.get_meta() == meta:
+                return  # nothing to write: a memory on a full (or read-only) disk still opens
+        except StoreError:
+            pass  # damaged settings are replaced by the ones given
+        try:
             with self._write():
-                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)", (json.dumps(meta),))
+                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)",
+                                 (_sealed(json.dumps(meta)),))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store settings ({exc})") from exc
 
@@ -263,15 +286,22 @@ class SQLiteStore:
                 rows = self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
         except sqlite3.DatabaseError:
             return []  # derived data: the caller re-packs from the turns
-        # Only a gap-free run from page 0 is usable; later ones are re-packed.
-        run = next((n for n, (idx, _) in enumerate(rows) if idx != n), len(rows))
-        return [body for _, body in rows[:run]]
+        # Only a gap-free run of intact pages from page 0 is usable; later ones are re-packed.
+        out = []
+        for n, (idx, body) in enumerate(rows):
+            try:
+                if idx != n:
+                    break
+                out.append(_unsealed(body))
+            except (ValueError, TypeError):
+                break
+        return out
 
     def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
         try:
             with self._write():
                 self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",
-                                     [(key, first + n, b) for n, b in enumerate(bodies)])
+                                     [(key, first + n, _sealed(b)) for n, b in enumerate(bodies)])
         except sqlite3.OperationalError:
             pass  # a cache write (read-only file, lock timeout): the pages are re-packed on next open
 
@@ -284,3 +314,26 @@ def _dump(turn: Turn) -> str:
     # ensure_ascii: lone surrogates survive as \ud800 escapes instead of failing to encode. No
     # default=: turns hold JSON data only (turns.check_json), anything else is a bug to surface.
     return json.dumps(turn.model_dump(mode="python"), ensure_ascii=True)
+
+
+def _load(body: str) -> Turn:
+    # json.loads, not pydantic's parser: only the stdlib one accepts lone-surrogate escapes.
+    return Turn.model_validate(json.loads(body))
+
+
+def _sealed(text: str) -> str:
+    """`text` prefixed with its CRC-32 (8 hex digits): a flipped byte is found on read."""
+    return f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}{text}"
+
+
+def _unsealed(body: str) -> str:
+    """The text of a stored row, its CRC-32 checked (rows of schema 2 and older start with '{'
+    and carry none). ValueError when damaged."""
+    if not isinstance(body, str):
+        raise ValueError(f"a row holds {type(body).__name__}, not text")
+    if body[:1] in ("{", "[", ""):
+        return body
+    text = body[8:]
+    if body[:8] != f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}":
+        raise ValueError("checksum mismatch: the row was changed after it was written")
+    return text

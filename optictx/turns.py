@@ -43,8 +43,12 @@ class FunctionCall(BaseModel):
     @field_validator("arguments", mode="before")
     @classmethod
     def _dump_structured(cls, v: Any) -> Any:
-        # Some clients pass arguments already parsed; keep a faithful JSON text of them.
-        return json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+        # Some clients pass arguments already parsed; keep a faithful JSON text of them (checked
+        # first: json.dumps recurses, and would hit the recursion limit on deep input).
+        if isinstance(v, (dict, list)):
+            check_json(v, "arguments")
+            return json.dumps(v, ensure_ascii=False)
+        return v
 
 
 class ToolCall(BaseModel):
@@ -85,13 +89,13 @@ class Turn(BaseModel):
         if isinstance(v, tuple):
             for i, part in enumerate(v):
                 if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-                    raise TypeError(f"content part {i} must be a dict with a string 'type', got {part!r:.80}")
+                    raise TurnError(f"content part {i} must be a dict with a string 'type', got {part!r:.80}")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
-                    raise TypeError(f"content part {i} is type 'text' but has no string 'text'")
+                    raise TurnError(f"content part {i} is type 'text' but has no string 'text'")
                 check_json(part, f"content part {i}")
             return tuple(dict(p) for p in v)
         if not isinstance(v, str):
-            raise TypeError(f"content must be a string or a list of content parts, got {type(v).__name__}")
+            raise TurnError(f"content must be a string or a list of content parts, got {type(v).__name__}")
         return v
 
     @field_validator("metadata")
@@ -103,13 +107,13 @@ class Turn(BaseModel):
     @model_validator(mode="after")
     def _tool_fields(self) -> Turn:
         if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a tool turn needs tool_call_id: the id of the assistant tool call it answers")
+            raise TurnError("a tool turn needs tool_call_id: the id of the assistant tool call it answers")
         if self.role != "tool" and self.tool_call_id:
-            raise ValueError(f"tool_call_id is only valid on tool turns, not on a {self.role} turn")
+            raise TurnError(f"tool_call_id is only valid on tool turns, not on a {self.role} turn")
         if self.tool_calls and self.role != "assistant":
-            raise ValueError(f"tool_calls are only valid on assistant turns, not on a {self.role} turn")
+            raise TurnError(f"tool_calls are only valid on assistant turns, not on a {self.role} turn")
         if self.pinned and (self.role == "tool" or self.tool_calls):
-            raise ValueError("tool calls and tool results cannot be pinned (their pair would split); "
+            raise TurnError("tool calls and tool results cannot be pinned (their pair would split); "
                              "pin a user or assistant turn that restates what matters")
         return self
 

@@ -1,0 +1,104 @@
+"""Damaged memory files: every damage is a StoreError naming the file, or an open that reads back
+exactly what was stored. Never another exception, never a silently different turn."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+
+import pytest
+
+from optictx import Budget, Memory, StoreError
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory, sample):
+    path = tmp_path_factory.mktemp("orig") / "mem.db"
+    mem = Memory(store=path, budget=Budget(tokens=3000))
+    for m in sample[:60]:
+        mem.add(m)
+    mem.context()
+    mem.close()
+    return path.read_bytes(), [t.model_dump() for t in Memory.open(path).transcript()]
+
+
+def _outcome(path, transcript):
+    """'error' (StoreError naming the file) or 'same' (opened, read and exported exactly)."""
+    try:
+        mem = Memory.open(path)
+        got = [t.model_dump() for t in mem.transcript()]
+        ctx = mem.context()
+        ctx.to_openai(), ctx.to_anthropic()
+        mem.close()
+    except StoreError as exc:
+        assert path.name in str(exc)
+        return "error"
+    assert got == transcript, "opened with different turns"
+    return "same"
+
+
+def test_random_truncations_and_byte_flips_give_store_error_or_the_same_memory(tmp_path, original):
+    data, transcript = original
+    outcomes = {"error": 0, "same": 0}
+    for seed in range(150):
+        rng = random.Random(seed)
+        damaged = bytearray(data)
+        if seed % 3 == 0:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        else:
+            for _ in range(1 if seed % 3 == 1 else rng.randint(2, 40)):
+                i = rng.randrange(len(damaged))
+                damaged[i] ^= 1 << rng.randrange(8)
+        path = tmp_path / f"d{seed}.db"
+        path.write_bytes(bytes(damaged))
+        outcomes[_outcome(path, transcript)] += 1
+    assert outcomes["error"] > 50 and outcomes["same"] > 10, outcomes  # both kinds were met
+
+
+@pytest.mark.parametrize("size", [0, 1, 100])
+def test_a_file_cut_short_is_refused_by_open_and_by_memory(tmp_path, original, size):
+    path = tmp_path / "cut.db"
+    path.write_bytes(original[0][:size])
+    for make in (Memory.open, lambda p: Memory(store=p)):
+        with pytest.raises(StoreError, match=r"cut\.db"):
+            make(path)
+
+
+def _edit(path, sql, *args):
+    with sqlite3.connect(path) as db:
+        db.execute(sql, args)
+
+
+@pytest.mark.parametrize(("sql", "args"), [
+    ("PRAGMA user_version=-4", ()),
+    ("PRAGMA user_version=0", ()),
+    ("UPDATE turns SET body = ? WHERE id = 3", ('{"role": "user", "content": "' + "x" * 10 + '"}',)),
+    ("UPDATE turns SET body = ? WHERE id = 3", ("[" * 100_000 + "]" * 100_000,)),
+    ("UPDATE turns SET body = 5 WHERE id = 3", ()),
+    ("UPDATE turns SET body = ? WHERE id = 3", (b"\xff\xfe\x00bytes",)),
+    ("UPDATE turns SET id = 99 WHERE id = 3", ()),
+    ("UPDATE meta SET value = ? WHERE key = 'memory'", (json.dumps({"budget": {"tokens": -5}}),)),
+    ("UPDATE meta SET value = ? WHERE key = 'memory'", (json.dumps({"keep_recent": "four"}),)),
+    ("UPDATE meta SET value = ? WHERE key = 'memory'", (json.dumps([1, 2]),)),
+    ("UPDATE meta SET value = ? WHERE key = 'memory'", ("{" * 50_000,)),
+    ("UPDATE meta SET value = ? WHERE key = 'memory'",
+     (json.dumps({"render": {"fallback_fonts": ["/etc/shadow"]}}),)),
+    ("DROP TABLE meta", ()),
+], ids=["negative schema", "schema 0", "edited turn", "deep row", "number row", "bytes row", "id hole",
+        "budget", "keep_recent", "not an object", "deep settings", "font path", "no meta table"])
+def test_each_damage_is_a_store_error_naming_the_file(tmp_path, original, sql, args):
+    path = tmp_path / "mem.db"
+    path.write_bytes(original[0])
+    _edit(path, sql, *args)
+    with pytest.raises(StoreError, match=r"mem\.db"):
+        Memory.open(path)
+
+
+def test_opening_writes_nothing_so_a_full_or_read_only_disk_still_reads(tmp_path, original):
+    path = tmp_path / "mem.db"
+    path.write_bytes(original[0])
+    mem = Memory.open(path)  # the settings it stores are already there: no write
+    mem.close()
+    Memory.open(path).close()
+    assert path.read_bytes() == original[0]
