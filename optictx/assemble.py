@@ -13,8 +13,8 @@ from .tiers import Tier
 
 def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images: PageImages) -> Context:
     """System and pinned turns, the caption, pages with their factsheet parts, recent turns."""
-    segs: list[Segment] = [TextSegment("system", t.text, snap.tokens[t.id], t) for t in snap.system]  # type: ignore[index]
-    segs += [TextSegment("pinned", t.text, snap.tokens[t.id], t) for t in snap.pinned]  # type: ignore[index]
+    segs: list[Segment] = [TextSegment("system", t.text, snap.turn_tokens(t, cost), t) for t in snap.system]
+    segs += [TextSegment("pinned", t.text, snap.turn_tokens(t, cost), t) for t in snap.pinned]
 
     def factsheet(place: int) -> None:
         if place in plan.factsheet:
@@ -29,7 +29,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
             paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
             segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
             factsheet(i)
-    segs += [TextSegment("recent", t.text, snap.tokens[t.id], t, snap.pack.drawn(t))  # type: ignore[index]
+    segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t))
              for t in snap.recent[plan.cut:]]
     gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
     return Context(tuple(segs), budget, cost, gone)

@@ -20,6 +20,7 @@ from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .lru import LRU
+from .native import image_sizes
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
 from .plan import Snapshot, plan, safe_cuts
 from .policy import Fitter, Ladder, Policy
@@ -112,6 +113,7 @@ class Memory:
         self._pinned: list[Turn] = []
         self._recent: list[Turn] = []  # turns not on a sealed page yet
         self._tokens: dict[int, int] = {}  # turn id -> native text tokens (turns not packed)
+        self._images: dict[int, tuple[tuple[int, int] | None, ...]] = {}  # turn id -> its images' sizes (same turns)
         # Exact strings of packed turns, found the first time a context images them; the turns
         # themselves are read back from the store.
         self._facts = TurnFacts(self._store.get)
@@ -204,6 +206,8 @@ class Memory:
         self._last_id = turn.id
         self._count += 1
         n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
+        if sizes := image_sizes(turn):
+            self._images[turn.id] = sizes
         self._text_total += n
         self._facts.note(turn)
         if turn.role == "system" or turn.pinned:
@@ -223,6 +227,7 @@ class Memory:
         for t in self._recent[:cut]:
             self._packer.add(t)
             self._tokens.pop(t.id, None)  # type: ignore[arg-type]
+            self._images.pop(t.id, None)  # type: ignore[arg-type]
         del self._recent[:cut]
 
     # -- reading ------------------------------------------------------------------------------
@@ -273,7 +278,7 @@ class Memory:
         floors = tuple(self.gate.floors(pack.sealed, self.images)) if self.gate else ()
         last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
         return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), dict(self._tokens), pack,
-                        self.tokenizer.count, floors, last, self._facts)
+                        self.tokenizer.count, dict(self._images), floors, last, self._facts)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""

@@ -26,6 +26,7 @@ from .context import CAPTION
 from .cost import CostModel
 from .errors import BudgetError
 from .factlines import TurnFacts, with_factsheet
+from .native import images_cost
 from .packer import PackView, Page
 from .policy import Fitter, Ladder, Policy
 from .schedule import PageCost, ladder_tiers, page_costs
@@ -44,17 +45,24 @@ class Snapshot:
     tokens: Mapping[int, int]  # turn id -> native text tokens, for every turn above
     pack: PackView
     count: Callable[[str], int]
+    images: Mapping[int, tuple[tuple[int, int] | None, ...]] = field(default_factory=dict)  # turn id -> its
+    #   native images' sizes, for the turns above that have any (`native.image_sizes`)
     floors: tuple[Tier, ...] = ()  # the legibility gate's floor per sealed page (none: no gate)
     last_tiers: tuple[Tier, ...] = ()  # sticky: the sealed pages' tiers in the last context
     facts: TurnFacts | None = field(default=None, repr=False)  # the factsheet's strings per turn
 
     @cached_property
     def fixed_tokens(self) -> int:
+        """Text tokens of the system and pinned turns (their images are priced per cost model)."""
         return sum(self.tokens[t.id] for t in (*self.system, *self.pinned))  # type: ignore[index]
 
-    @cached_property
-    def recent_tokens(self) -> list[int]:
-        return [self.tokens[t.id] for t in self.recent]  # type: ignore[index]
+    def turn_tokens(self, turn: Turn, cost: CostModel) -> int:
+        """A turn sent as itself: its text tokens and its images under `cost`."""
+        sizes = self.images.get(turn.id)  # type: ignore[arg-type]
+        return self.tokens[turn.id] + (images_cost(sizes, cost) if sizes else 0)  # type: ignore[index]
+
+    def image_count(self, turns: Sequence[Turn]) -> int:
+        return sum(len(self.images.get(t.id, ())) for t in turns)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -110,24 +118,34 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     """The context's plan under `budget` for a consumer priced by `cost`. Raises BudgetError
     (with the shortfall) when even the system and pinned turns do not fit."""
     limit, caption = budget.limit, snap.count(CAPTION)
+    fixed = [*snap.system, *snap.pinned]
+    fixed_tokens = sum(snap.turn_tokens(t, cost) for t in fixed)
+    recent_tokens = [snap.turn_tokens(t, cost) for t in snap.recent]
+    image_cap = policy.limits.image_cap(cost.max_images)
+    if image_cap is not None and snap.image_count(fixed) > image_cap:
+        raise BudgetError(f"system and pinned turns hold {snap.image_count(fixed)} images, but {cost.name!r} takes "
+                          f"at most {image_cap} per request: unpin turns or raise Limits.max_pages")
     for cut in safe_cuts(snap.recent):
+        # Native images count against the cap: when those of the turns kept as text are too many,
+        # more turns go onto pages (where an image is drawn as "[image]").
+        native = snap.image_count([*fixed, *snap.recent[cut:]])
+        other = fixed_tokens + sum(recent_tokens[cut:])
+        if other > limit or (image_cap is not None and native > image_cap):
+            continue  # the text alone is over: more turns onto pages
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
         costs = price_pages(pages, snap, cost)
-        other = snap.fixed_tokens + sum(snap.recent_tokens[cut:])
-        if other > limit:
-            continue  # the text alone is over: more turns onto pages
         want = ladder_tiers(costs, policy.ladder, unsealed=len(pages) - len(snap.pack.sealed))
         tiers = fit(want, costs, limit - other - (caption if pages else 0), policy.fitter)
-        tiers = cap_images(tiers, costs, policy.limits.image_cap(cost.max_images))
+        tiers = cap_images(tiers, costs, None if image_cap is None else image_cap - native)
         if policy.sticky:
             tiers = never_sharper(tiers, snap.last_tiers)
         fitted = Plan(cut, pages, tiers, costs, other, caption)
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
-    short = snap.fixed_tokens - limit
+    short = fixed_tokens - limit
     raise BudgetError(
-        f"the context needs at least {snap.fixed_tokens} tokens for system and pinned turns, but the budget "
+        f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
         f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
 
 

@@ -149,7 +149,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._init_schema(create)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
             self._db.close()
             raise StoreError(f"{self.path}: not a readable optictx memory ({exc})") from exc
         except StoreError:
@@ -251,7 +251,7 @@ class SQLiteStore:
             with self._lock:
                 rows = self._db.execute(sql, args).fetchall()
             turns = [_load(_unsealed(body)) for (_, body) in rows]
-        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
             raise StoreError(f"{self.path}: corrupt turn data ({type(exc).__name__}: {exc})"[:500]) from None
         bad = next((i for (i, _), t in zip(rows, turns) if t.id != i), None)
         if bad is not None:
@@ -263,7 +263,7 @@ class SQLiteStore:
             with self._lock:
                 row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
             return json.loads(_unsealed(row[0])) if row else None
-        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
             raise StoreError(f"{self.path}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
 
     def set_meta(self, meta: dict[str, Any]) -> None:
@@ -284,7 +284,7 @@ class SQLiteStore:
             with self._write():
                 self._db.execute("DELETE FROM pages WHERE key != ?", (key,))  # other settings: stale
                 rows = self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, ValueError):
             return []  # derived data: the caller re-packs from the turns
         # Only a gap-free run of intact pages from page 0 is usable; later ones are re-packed.
         out = []
@@ -293,7 +293,7 @@ class SQLiteStore:
                 if idx != n:
                     break
                 out.append(_unsealed(body))
-            except (ValueError, TypeError):
+            except StoreError:
                 break
         return out
 
@@ -328,12 +328,12 @@ def _sealed(text: str) -> str:
 
 def _unsealed(body: str) -> str:
     """The text of a stored row, its CRC-32 checked (rows of schema 2 and older start with '{'
-    and carry none). ValueError when damaged."""
+    and carry none). StoreError when damaged (callers add the file's name)."""
     if not isinstance(body, str):
-        raise ValueError(f"a row holds {type(body).__name__}, not text")
+        raise StoreError(f"a row holds {type(body).__name__}, not text")
     if body[:1] in ("{", "[", ""):
         return body
     text = body[8:]
     if body[:8] != f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}":
-        raise ValueError("checksum mismatch: the row was changed after it was written")
+        raise StoreError("checksum mismatch: the row was changed after it was written")
     return text

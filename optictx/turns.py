@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -13,6 +14,16 @@ from .errors import TurnError
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 MAX_NESTING = 64  # content parts and metadata deeper than this are refused (JSON encoders recurse)
+
+
+def short(value: Any) -> str:
+    """A repr for an error message: bounded in depth and length (a plain repr of deeply nested
+    input recurses past Python's limit, and of a huge one floods the message)."""
+    return _SHORT.repr(value)[:80]
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 40, 40
 
 
 def check_json(value: Any, where: str) -> None:
@@ -26,7 +37,7 @@ def check_json(value: Any, where: str) -> None:
         if isinstance(v, Mapping):
             bad = next((k for k in v if not isinstance(k, str)), None)
             if bad is not None:
-                raise TurnError(f"{where} has a non-string key {bad!r:.40}")
+                raise TurnError(f"{where} has a non-string key {short(bad)}")
             stack.extend((x, depth + 1) for x in v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend((x, depth + 1) for x in v)
@@ -89,7 +100,7 @@ class Turn(BaseModel):
         if isinstance(v, tuple):
             for i, part in enumerate(v):
                 if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-                    raise TurnError(f"content part {i} must be a dict with a string 'type', got {part!r:.80}")
+                    raise TurnError(f"content part {i} must be a dict with a string 'type', got {short(part)}")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise TurnError(f"content part {i} is type 'text' but has no string 'text'")
                 check_json(part, f"content part {i}")
@@ -178,11 +189,14 @@ def to_turn(message: Turn | Mapping[str, Any]) -> Turn:
                         f"got {type(message).__name__}")
     role = message.get("role")
     if role not in ROLES:
-        raise TurnError(f"unknown role {role!r:.40}; valid roles: {', '.join(ROLES)}")
+        raise TurnError(f"unknown role {short(role)}; valid roles: {', '.join(ROLES)}")
     fields = {k: v for k, v in message.items() if k in _KNOWN or k == "pinned"}
     extra = {k: v for k, v in message.items() if k not in fields and k != "id" and v is not None}
     if extra:
-        fields["metadata"] = {**dict(fields.get("metadata") or {}), "extra": extra}
+        metadata = fields.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise TurnError(f"turn field metadata: must be a dict, got {type(metadata).__name__}")
+        fields["metadata"] = {**metadata, "extra": extra}
     if fields.get("tool_calls") is None:
         fields.pop("tool_calls", None)
     return _validated(fields)

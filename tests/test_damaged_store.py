@@ -85,8 +85,11 @@ def _edit(path, sql, *args):
     ("UPDATE meta SET value = ? WHERE key = 'memory'",
      (json.dumps({"render": {"fallback_fonts": ["/etc/shadow"]}}),)),
     ("DROP TABLE meta", ()),
+    ("UPDATE meta SET value = CAST(X'7bff22' AS TEXT) WHERE key = 'memory'", ()),
+    ("UPDATE turns SET body = CAST(X'7b22726f6c65223a22ff' AS TEXT) WHERE id = 2", ()),
 ], ids=["negative schema", "schema 0", "edited turn", "deep row", "number row", "bytes row", "id hole",
-        "budget", "keep_recent", "not an object", "deep settings", "font path", "no meta table"])
+        "budget", "keep_recent", "not an object", "deep settings", "font path", "no meta table",
+        "settings not UTF-8", "turn not UTF-8"])
 def test_each_damage_is_a_store_error_naming_the_file(tmp_path, original, sql, args):
     path = tmp_path / "mem.db"
     path.write_bytes(original[0])
@@ -102,3 +105,10 @@ def test_opening_writes_nothing_so_a_full_or_read_only_disk_still_reads(tmp_path
     mem.close()
     Memory.open(path).close()
     assert path.read_bytes() == original[0]
+
+
+def test_a_stored_page_that_is_not_utf8_is_packed_again(tmp_path, original):
+    path = tmp_path / "mem.db"
+    path.write_bytes(original[0])
+    _edit(path, "UPDATE pages SET body = CAST(X'7bff' AS TEXT) WHERE idx = 1")
+    assert _outcome(path, original[1]) == "same"  # pages are derived data: re-packed from the turns

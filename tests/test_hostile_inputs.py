@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optictx import Budget, ConfigError, Limits, Memory, Turn, TurnError, TurnTooLargeError
+from optictx import Budget, ConfigError, Limits, Memory, Tier, Turn, TurnError, TurnTooLargeError
 from optictx.errors import ConversationFileError
 from optictx.io import read_jsonl
 
@@ -259,3 +259,61 @@ def test_nesting_within_the_limit_is_stored_and_exported(where):
     mem = Memory()
     mem.add(_deep_turn(where, 50))
     _exports(mem)
+
+
+# -- 5. client images in turns kept as text ---------------------------------------------------------
+
+def _png(side: int) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (side, side), 255).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_native_images_are_priced_by_the_cost_model_and_count_in_the_budget():
+    from optictx import COST_MODELS
+
+    claude = COST_MODELS["anthropic"]
+    mem = Memory(vision="anthropic", budget=Budget(tokens=400_000), keep_recent=200)
+    for i in range(150):  # 150 images of 1280 px: ~1,590 tokens each under Claude
+        mem.add({"role": "user", "content": [{"type": "text", "text": f"look {i}"},
+                                             {"type": "image_url", "image_url": {"url": _png(1280)}}]})
+    ctx = mem.context()
+    native = [s for s in ctx.text_segments if s.kind == "recent"]
+    each = claude.image_tokens(Tier.GUNDAM, (1280, 1280))
+    assert each > 1500 and all(s.tokens >= each for s in native)
+    assert ctx.tokens == sum(s.tokens for s in ctx.segments) <= 400_000
+    # Anthropic takes 100 images per request: the oldest turns went onto pages (drawn as "[image]").
+    sent = sum(1 for m in ctx.to_anthropic()[1] for b in m["content"] if b["type"] == "image")
+    assert sent <= 100 and len(native) <= 100 < 150
+    assert any("[image]" in p.text for p in ctx.pages)
+
+
+def test_a_budget_too_small_for_native_images_moves_their_turns_onto_pages():
+    mem = Memory(vision="openai:gpt-4o", budget=Budget(tokens=3000), keep_recent=10)
+    for _ in range(10):
+        mem.add({"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png(1024)}}]})
+    ctx = mem.context()
+    assert ctx.tokens <= 3000
+    assert sum(1 for s in ctx.text_segments if s.kind == "recent") < 10  # priced, so not all fit natively
+
+
+def test_images_of_unknown_size_are_priced_as_the_largest_and_pinned_images_over_the_cap_refused():
+    from optictx import COST_MODELS, BudgetError
+    from optictx.native import UNKNOWN_SIZE, image_sizes
+
+    turn = Turn(role="user", content=[{"type": "image_url", "image_url": {"url": "https://h/x.png"}},
+                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}])
+    assert image_sizes(turn) == (None, None)
+    mem = Memory(vision="anthropic", budget=Budget(tokens=50_000))
+    mem.add(turn)
+    assert mem.context().text_segments[-1].tokens >= 2 * COST_MODELS["anthropic"].image_tokens(Tier.GUNDAM,
+                                                                                             UNKNOWN_SIZE)
+    capped = Memory(vision="anthropic", limits=Limits(max_pages=1))
+    capped.add(turn.model_copy(update={"pinned": True}))
+    with pytest.raises(BudgetError, match="2 images.*at most 1"):
+        capped.context()
