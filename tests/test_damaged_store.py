@@ -4,12 +4,16 @@ exactly what was stored. Never another exception, never a silently different tur
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
+import sys
+from pathlib import Path
 
 import pytest
 
 from optictx import Budget, Memory, StoreError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import hostile
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +42,17 @@ def _outcome(path, transcript):
     return "same"
 
 
-def test_random_truncations_and_byte_flips_give_store_error_or_the_same_memory(tmp_path, original):
-    data, transcript = original
-    outcomes = {"error": 0, "same": 0}
-    for seed in range(150):
-        rng = random.Random(seed)
-        damaged = bytearray(data)
-        if seed % 3 == 0:
-            damaged = damaged[: rng.randrange(len(damaged))]
-        else:
-            for _ in range(1 if seed % 3 == 1 else rng.randint(2, 40)):
-                i = rng.randrange(len(damaged))
-                damaged[i] ^= 1 << rng.randrange(8)
-        path = tmp_path / f"d{seed}.db"
-        path.write_bytes(bytes(damaged))
-        outcomes[_outcome(path, transcript)] += 1
-    assert outcomes["error"] > 50 and outcomes["same"] > 10, outcomes  # both kinds were met
+def test_random_truncations_and_byte_flips_give_store_error_or_the_same_memory(tmp_path):
+    outcomes = hostile.files(150, 0, tmp_path)
+    assert not [k for k in outcomes if "CRASH" in k or "without the file" in k], outcomes
+    assert outcomes["StoreError naming the file"] > 50 and outcomes["opened, same turns"] > 10, outcomes
+
+
+def test_random_hostile_turns_never_crash_and_lose_no_acknowledged_turn(tmp_path):
+    outcomes = hostile.turns(400, 1, tmp_path)
+    assert not [k for k in outcomes if "CRASH" in k], outcomes
+    assert outcomes["acknowledged turns lost"] == 0 and outcomes["accepted"] > 20, outcomes
+    assert outcomes["contexts exported"] > 30, outcomes
 
 
 @pytest.mark.parametrize("size", [0, 1, 100])
