@@ -131,7 +131,7 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
         native = snap.image_count([*fixed, *snap.recent[cut:]])
         other = fixed_tokens + sum(recent_tokens[cut:])
         if other > limit or (image_cap is not None and native > image_cap):
-            continue  # the text alone is over: more turns onto pages
+            continue  # the text alone is over, or its images: more turns onto pages
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
         costs = price_pages(pages, snap, cost)
         want = ladder_tiers(costs, policy.ladder, unsealed=len(pages) - len(snap.pack.sealed))
