@@ -111,3 +111,35 @@ def test_a_stored_page_that_is_not_utf8_is_packed_again(tmp_path, original):
     path.write_bytes(original[0])
     _edit(path, "UPDATE pages SET body = CAST(X'7bff' AS TEXT) WHERE idx = 1")
     assert _outcome(path, original[1]) == "same"  # pages are derived data: re-packed from the turns
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 3 MB tmpfs (root only: skipped elsewhere), unmounted afterwards."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3M", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("a small disk needs root and mount (tmpfs)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_refuses_adds_clearly_and_the_memory_still_opens_for_reading(tiny_disk, sample):
+    path = tiny_disk / "mem.db"
+    mem = Memory(store=path)
+    acked = []
+    with pytest.raises(StoreError, match=r"mem\.db.*(full|disk)"):
+        for i in range(100_000):
+            acked.append(mem.add({"role": "user", "content": f"turn {i} " + "filler text " * 400}))
+    mem.close()
+    assert len(acked) > 10
+    again = Memory.open(path)  # writes nothing: the disk is still full
+    assert [t.id for t in again.transcript()] == [t.id for t in acked]
+    assert again.transcript() == acked
+    assert again.context().tokens > 0
