@@ -126,8 +126,8 @@ def tiny_disk(tmp_path):
         pytest.skip("a small disk needs root and mount (tmpfs)")
     try:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+    finally:  # lazy: a connection a failing test left open must not keep the mount
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
 
 
 def test_a_full_disk_refuses_adds_clearly_and_the_memory_still_opens_for_reading(tiny_disk, sample):
@@ -143,3 +143,4 @@ def test_a_full_disk_refuses_adds_clearly_and_the_memory_still_opens_for_reading
     assert [t.id for t in again.transcript()] == [t.id for t in acked]
     assert again.transcript() == acked
     assert again.context().tokens > 0
+    again.close()
