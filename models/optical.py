@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from optictx.context import Context, PageSegment
+from optictx.context import Context, PageSegment, common_run
 from optictx.errors import CheckpointError, ConfigError, ModelError
 from optictx.lru import LRU
 from optictx.readers import CachedReader
@@ -57,8 +57,7 @@ class OpticalInputs(Mapping[str, torch.Tensor]):
         piece keys (same pieces, so same KV)."""
         if other is None:
             return 0
-        a, b = self.piece_keys, other.piece_keys
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        n = common_run(self.piece_keys, other.piece_keys)
         return self.piece_ends[n - 1] if n else 0
 
     @property

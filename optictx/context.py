@@ -125,9 +125,14 @@ class Piece:
         return "t:" + hashlib.sha256(self.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def common_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many keys at the start of `a` and `b` are equal: the unit of prefix reuse."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def common_prefix(a: Sequence[Piece], b: Sequence[Piece]) -> int:
     """How many pieces at the start of `a` and `b` have equal keys (their KV is the same)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x.key != y.key), min(len(a), len(b)))
+    return common_run([p.key for p in a], [p.key for p in b])
 
 
 def _pieces(segments: Sequence[Segment]) -> tuple[Piece, ...]:

@@ -6,7 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from .turns import Turn, check_json
+from .turns import Turn, check_json, image_url
 
 if TYPE_CHECKING:  # the context imports this module: its types are named, never imported
     from .context import Context, PageSegment
@@ -64,13 +64,6 @@ def to_openai(ctx: Context) -> list[dict[str, Any]]:
 
 def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text if text.strip() else "(empty message)"}
-
-
-def image_url(part: dict[str, Any]) -> str:
-    """An OpenAI image part's URL: clients send {"url": ...} or, some, the URL as a bare string."""
-    value = part.get("image_url")
-    url = value.get("url") if isinstance(value, dict) else value
-    return url if isinstance(url, str) else ""
 
 
 def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from PIL import Image
 
 from .cost import CostModel
 from .tiers import Tier
-from .turns import Turn
+from .turns import Turn, image_url
 
 IMAGE_PARTS = ("image_url", "input_image", "image")
 # An image whose size cannot be read (a URL, an unreadable header) is priced as the largest most
@@ -37,9 +37,8 @@ def images_cost(sizes: tuple[tuple[int, int] | None, ...], cost: CostModel) -> i
 
 
 def _size(part: dict) -> tuple[int, int] | None:
-    value = part.get("image_url") if part.get("type") == "image_url" else part.get("image_url", part.get("source"))
-    url = value.get("url") if isinstance(value, dict) else value
-    if not isinstance(url, str) or not (m := _DATA_URI.match(url)):
+    url = image_url(part)
+    if not (m := _DATA_URI.match(url)):
         return None
     head = url[m.end() : m.end() + _HEADER_CHARS]
     try:

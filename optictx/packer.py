@@ -161,7 +161,6 @@ class PackView:
     `preview` lays turns out after it without changing it (or the packer)."""
 
     sealed: tuple[Page, ...]
-    sealed_tokens: tuple[int, ...]  # each sealed page's text tokens (`Page.tokens`), for pricing
     open_entries: tuple[Entry, ...]
     cols: Columns = field(repr=False)
     tokens_per_page: int
@@ -222,7 +221,7 @@ class Packer:
         self.tokens_per_page = tokens_per_page
         self.entries = _Lines(layout, tokenizer)
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
-        self._view = PackView((), (), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
+        self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
         self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
         self._saved = 0  # sealed pages already handed to the store
 
@@ -250,7 +249,7 @@ class Packer:
             sealed = tuple(_page_from_blob(b, i, self._style) for i, b in enumerate(blobs))
         except (ValueError, KeyError, TypeError):
             return False
-        self._view = replace(self._view, sealed=sealed, sealed_tokens=tuple(p.tokens or 0 for p in sealed))
+        self._view = replace(self._view, sealed=sealed)
         self._saved = len(sealed)
         if sealed:
             last, done = sealed[-1].entries[-1].turn_id, 0
@@ -289,8 +288,7 @@ class Packer:
         full, rest, cols = self._view.fill(self.entries(turn)[skip:])
         new = [Page(p.index, p.entries, True, self._style, self.tokenizer.count(p.text)) for p in full]
         v = self._view  # a new view, built directly: dataclasses.replace costs ~20 us, once per add
-        self._view = PackView((*v.sealed, *new) if new else v.sealed,
-                              (*v.sealed_tokens, *(p.tokens for p in new)) if new else v.sealed_tokens,  # type: ignore[misc]
-                              tuple(rest), cols, v.tokens_per_page, v.style, v.layout, v.entries)
+        self._view = PackView((*v.sealed, *new) if new else v.sealed, tuple(rest), cols, v.tokens_per_page, v.style,
+                              v.layout, v.entries)
         self.entries.forget(turn)
         return new

@@ -51,11 +51,6 @@ class Snapshot:
     last_tiers: tuple[Tier, ...] = ()  # sticky: the sealed pages' tiers in the last context
     facts: TurnFacts | None = field(default=None, repr=False)  # the factsheet's strings per turn
 
-    @cached_property
-    def fixed_tokens(self) -> int:
-        """Text tokens of the system and pinned turns (their images are priced per cost model)."""
-        return sum(self.tokens[t.id] for t in (*self.system, *self.pinned))  # type: ignore[index]
-
     def turn_tokens(self, turn: Turn, cost: CostModel) -> int:
         """A turn sent as itself: its text tokens and its images under `cost`."""
         sizes = self.images.get(turn.id)  # type: ignore[arg-type]
@@ -177,7 +172,8 @@ def price_pages(pages: Sequence[Page], snap: Snapshot, cost: CostModel) -> list[
     a preview fills by counting theirs (they change with every turn)."""
     sealed = len(snap.pack.sealed)
     floors = [*(snap.floors or [Tier.GONE] * sealed), *[Tier.GONE] * (len(pages) - sealed)]
-    return page_costs([*snap.pack.sealed_tokens, *(snap.count(p.text) for p in pages[sealed:])], cost, floors)
+    tokens = [p.tokens if p.tokens is not None else snap.count(p.text) for p in pages]
+    return page_costs(tokens, cost, floors)
 
 
 def fit(tiers: Sequence[Tier], costs: Sequence[PageCost], room: int, fitter: Fitter) -> list[Tier]:

@@ -11,6 +11,7 @@ from .budget import Budget
 from .errors import ConfigError, StoreError
 from .limits import Limits
 from .renderers import RenderConfig
+from .turns import short
 
 _PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
@@ -33,7 +34,7 @@ def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
         if key in meta:
             value = meta[key]
             if type(value) is not kind:  # bool is an int: exact types only
-                raise StoreError(f"{path}: damaged settings: {key} is {value!r:.60}, not a {kind.__name__}")
+                raise StoreError(f"{path}: damaged settings: {key} is {short(value)}, not a {kind.__name__}")
             out[key] = value
     for key, model in _MODELS.items():
         if key in meta:

@@ -163,6 +163,13 @@ class Turn(BaseModel):
         return msg
 
 
+def image_url(part: Mapping[str, Any]) -> str:
+    """An image part's URL ("" if none): clients send {"url": ...} or, some, the URL as a bare string."""
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, Mapping) else value
+    return url if isinstance(url, str) else ""
+
+
 def _part_text(part: Mapping[str, Any]) -> str:
     kind = part["type"]
     if kind == "text":

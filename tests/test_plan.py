@@ -50,7 +50,8 @@ def test_pinned_text_over_the_budget_is_a_budget_error_with_the_shortfall(sample
     snap = _snapshot(sample, system=["word " * 400])
     with pytest.raises(BudgetError) as err:
         plan(snap, Budget(tokens=100), COST_MODELS["deepseek-ocr"], Policy())
-    assert err.value.shortfall == snap.fixed_tokens - 100 > 0
+    fixed = sum(snap.turn_tokens(t, COST_MODELS["deepseek-ocr"]) for t in (*snap.system, *snap.pinned))
+    assert err.value.shortfall == fixed - 100 > 0
 
 
 def test_the_cap_and_sticky_steps_return_new_lists():
