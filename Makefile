@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	if $(PYTHON) -c "import torch" 2>/dev/null; then $(PYTHON) -m venv --system-site-packages $(VENV); \
 	else $(PYTHON) -m venv $(VENV); fi
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,eval,models]"
+	$(PY) -m pip install -q -e ".[dev,eval,models,serve]"
 	@touch $@
 
 demo: $(STAMP)

@@ -22,7 +22,7 @@ from optictx.sample import prose_corpus
 
 def build(n: int, seed: int) -> tuple[Memory, dict[int, str]]:
     rng, prose = random.Random(seed), prose_corpus(chunk=2200)
-    mem = Memory(budget=Budget(tokens=100_000), keep_recent=2)
+    mem = Memory(budget=Budget(tokens=100_000), keep_recent=2, verbatim=False)  # what pages keep
     needles = {}
     for i in range(n):
         number = str(rng.randint(1_000_000, 9_999_999))

@@ -12,7 +12,13 @@ from .tiers import Tier
 
 
 def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images: PageImages) -> Context:
-    """System and pinned turns, the caption, pages with their factsheet parts, recent turns."""
+    """System and pinned turns, the caption, pages with their factsheet parts, recent turns; or,
+    for a verbatim plan, every turn as itself in the order it came."""
+    if plan.verbatim is not None:
+        kinds = {t.id: k for k, ts in (("system", snap.system), ("pinned", snap.pinned)) for t in ts}
+        whole = tuple(TextSegment(kinds.get(t.id, "recent"), t.text, snap.turn_tokens(t, cost), t)  # type: ignore[arg-type]
+                      for t in plan.verbatim)
+        return Context(whole, budget, cost, verbatim=True)
     segs: list[Segment] = [TextSegment("system", t.text, snap.turn_tokens(t, cost), t) for t in snap.system]
     segs += [TextSegment("pinned", t.text, snap.turn_tokens(t, cost), t) for t in snap.pinned]
 

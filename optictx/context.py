@@ -160,12 +160,14 @@ def _pieces(segments: Sequence[Segment]) -> tuple[Piece, ...]:
 
 @dataclass(frozen=True, eq=False)
 class Context:
-    """What `Memory.context()` returns. `tokens` is the sum of the segments' costs under `vision`."""
+    """What `Memory.context()` returns. `tokens` is the sum of the segments' costs under `vision`.
+    `verbatim`: the conversation as it came, every turn as itself in order (it fit the budget)."""
 
     segments: tuple[Segment, ...]
     budget: Budget
     vision: CostModel
     gone: tuple[Page, ...] = ()
+    verbatim: bool = False
 
     @cached_property
     def pieces(self) -> tuple[Piece, ...]:

@@ -28,36 +28,37 @@ def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[d
 
 
 _TURNS = ("system", "pinned", "recent")
+Middle = list["PageSegment | str"]  # what goes between the turns: the caption, image pages, text
 
 
-def _groups(ctx: Context) -> tuple[list[Turn], list[Turn], list[PageSegment | str], list[Turn]]:
-    """System, pinned and recent turns, and what goes between them in the context's order: the
-    caption (there when pages are), image pages, and text (text pages, the open page, factsheet
-    parts), the text pieces of one segment joined into one text."""
-    turns: dict[str, list[Turn]] = {k: [] for k in _TURNS}
-    middle: list[PageSegment | str] = []
+def _sequence(ctx: Context) -> list[Turn | Middle]:
+    """The context's turns and, at its place, what goes between them (the caption, image pages,
+    and text: text pages, the open page, factsheet parts), the text pieces of one segment joined
+    into one text. Pieces come in prompt order: system, pinned, that middle, recent turns; or, in
+    a verbatim context, every turn in the order it came."""
+    out: list[Turn | Middle] = []
     segment = -1
     for piece in ctx.pieces:
         if piece.kind in _TURNS:
             if piece.turn is not None:
-                turns[piece.kind].append(piece.turn)
-        elif piece.image is not None:
-            middle.append(piece.image)
-        elif piece.segment == segment and isinstance(middle[-1], str):
-            middle[-1] += "\n" + piece.text
+                out.append(piece.turn)
         else:
-            middle.append(piece.text)
+            if not out or not isinstance(out[-1], list):
+                out.append([])
+            middle = out[-1]
+            if piece.image is not None:
+                middle.append(piece.image)
+            elif piece.segment == segment and middle and isinstance(middle[-1], str):
+                middle[-1] += "\n" + piece.text
+            else:
+                middle.append(piece.text)
         segment = piece.segment
-    return turns["system"], turns["pinned"], middle, turns["recent"]
+    return out
 
 
 def to_openai(ctx: Context) -> list[dict[str, Any]]:
-    system, pinned, middle, recent = _groups(ctx)
-    messages = [t.to_openai() for t in (*system, *pinned)]
-    if middle:
-        messages.append({"role": "user", "content": _openai_parts(middle, ctx.vision.image_detail)})
-    messages.extend(t.to_openai() for t in recent)
-    return messages
+    return [item.to_openai() if isinstance(item, Turn) else
+            {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)]
 
 
 # -- Anthropic ---------------------------------------------------------------------------------
@@ -118,10 +119,16 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
-    system, pinned, middle, recent = _groups(ctx)
-    messages = [_anthropic_message(t) for t in pinned]
-    if middle:  # the OpenAI parts, each as its Anthropic block (a data URI becomes a base64 source)
-        messages.append({"role": "user", "content": [_anthropic_part(p) for p in _openai_parts(middle, None)]})
-    messages.extend(_anthropic_message(t) for t in recent)
-    return "\n\n".join(t.text for t in system), _merge_roles(messages)
+    """System turns (wherever they are) join the system prompt; the rest are messages, the pages'
+    OpenAI parts each as its Anthropic block (a data URI becomes a base64 source)."""
+    system: list[str] = []
+    messages: list[dict[str, Any]] = []
+    for item in _sequence(ctx):
+        if isinstance(item, Turn) and item.role == "system":
+            system.append(item.text)
+        elif isinstance(item, Turn):
+            messages.append(_anthropic_message(item))
+        else:
+            messages.append({"role": "user", "content": [_anthropic_part(p) for p in _openai_parts(item, None)]})
+    return "\n\n".join(system), _merge_roles(messages)
 

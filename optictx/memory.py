@@ -70,8 +70,8 @@ class Memory:
         **policy_fields: Any,
     ) -> None:
         """`budget`: a Budget, or an int for a token budget. `policy`: how contexts are planned
-        (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=` and `sticky_tiers=` are
-        shorthands that set those fields of it. Every setting is checked here: a bad one raises
+        (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=`, `sticky_tiers=` and `verbatim=`
+        are shorthands that set those fields of it. Every setting is checked here: a bad one raises
         ConfigError naming it."""
         self.keep_recent = check_int(keep_recent, "keep_recent", 0)
         self.policy = Policy.from_kwargs(policy, policy_fields)
@@ -99,6 +99,7 @@ class Memory:
                                            lambda self, v: self._set_policy(factsheet=v))
     limits: Limits = property(lambda self: self.policy.limits)  # type: ignore[assignment]
     sticky_tiers: bool = property(lambda self: self.policy.sticky)  # type: ignore[assignment]
+    verbatim: bool = property(lambda self: self.policy.verbatim)  # type: ignore[assignment]
 
     def _set_policy(self, **fields: Any) -> None:
         with self._lock:
@@ -112,8 +113,8 @@ class Memory:
         self._system: list[Turn] = []
         self._pinned: list[Turn] = []
         self._recent: list[Turn] = []  # turns not on a sealed page yet
-        self._tokens: dict[int, int] = {}  # turn id -> native text tokens (turns not packed)
-        self._images: dict[int, tuple[tuple[int, int] | None, ...]] = {}  # turn id -> its images' sizes (same turns)
+        self._native: list[int] = []  # turn id -> its native text tokens (ids count 0, 1, 2, ...)
+        self._images: dict[int, tuple[tuple[int, int] | None, ...]] = {}  # turn id -> its images' sizes
         # Exact strings of packed turns, found the first time a context images them; the turns
         # themselves are read back from the store.
         self._facts = TurnFacts(self._store.get)
@@ -205,7 +206,8 @@ class Memory:
                              "one another; the store is damaged or not an optictx store")
         self._last_id = turn.id
         self._count += 1
-        n = self._tokens[turn.id] = turn_tokens(turn, self.tokenizer)
+        n = turn_tokens(turn, self.tokenizer)
+        self._native.append(n)
         if sizes := image_sizes(turn):
             self._images[turn.id] = sizes
         self._text_total += n
@@ -226,8 +228,6 @@ class Memory:
             cut = min(c for c in cuts if c >= on_pages)
         for t in self._recent[:cut]:
             self._packer.add(t)
-            self._tokens.pop(t.id, None)  # type: ignore[arg-type]
-            self._images.pop(t.id, None)  # type: ignore[arg-type]
         del self._recent[:cut]
 
     # -- reading ------------------------------------------------------------------------------
@@ -277,8 +277,16 @@ class Memory:
         # the newest, which the ladder keeps sharpest.
         floors = tuple(self.gate.floors(pack.sealed, self.images)) if self.gate else ()
         last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
-        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), dict(self._tokens), pack,
-                        self.tokenizer.count, dict(self._images), floors, last, self._facts)
+        # The whole transcript is read back only when its text alone fits: then it may go as it came.
+        verbatim = self.policy.verbatim and self._text_total <= budget.limit
+        # (Other writers' turns past the last one taken in are left for the next sync.)
+        transcript = tuple(self._store.since(-1)[: self._last_id + 1]) if verbatim else None
+        turns = transcript if transcript is not None else (*self._system, *self._pinned, *self._recent)
+        tokens = {t.id: self._native[t.id] for t in turns}  # type: ignore[index]
+        images = {t.id: self._images[t.id] for t in turns if t.id in self._images}
+        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), tokens, pack,
+                        self.tokenizer.count, images, floors, last, self._facts, transcript,
+                        self._text_total, tuple(s for sizes in self._images.values() for s in sizes))
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""

@@ -2,6 +2,8 @@
 
 `plan(snapshot, budget, cost, policy) -> Plan` reads top to bottom, one named step each:
 
+0. `as_it_came`: a conversation that fits goes as it came, every turn as itself in order;
+   otherwise no context costs more than it would (the budget is capped at its cost);
 1. `safe_cuts`: where the recent turns may be cut into pages and text (tool pairs kept whole);
    the fewest turns go onto pages that fit;
 2. `price_pages`: what every page costs at each tier, with the legibility gate's floors;
@@ -50,6 +52,10 @@ class Snapshot:
     floors: tuple[Tier, ...] = ()  # the legibility gate's floor per sealed page (none: no gate)
     last_tiers: tuple[Tier, ...] = ()  # sticky: the sealed pages' tiers in the last context
     facts: TurnFacts | None = field(default=None, repr=False)  # the factsheet's strings per turn
+    transcript: tuple[Turn, ...] | None = None  # every turn in order, given when its text alone fits
+    #   (`tokens` and `images` then cover them all)
+    text_total: int | None = None  # native text tokens of every turn (None: unknown, no step 0)
+    all_images: tuple[tuple[int, int] | None, ...] = ()  # the sizes of every turn's native images
 
     def turn_tokens(self, turn: Turn, cost: CostModel) -> int:
         """A turn sent as itself: its text tokens and its images under `cost`."""
@@ -58,6 +64,10 @@ class Snapshot:
 
     def image_count(self, turns: Sequence[Turn]) -> int:
         return sum(len(self.images.get(t.id, ())) for t in turns)  # type: ignore[arg-type]
+
+    def original_tokens(self, cost: CostModel) -> int | None:
+        """What the whole conversation costs sent as it came, under `cost` (None: unknown)."""
+        return None if self.text_total is None else self.text_total + images_cost(self.all_images, cost)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class Plan:
     other_tokens: int  # fixed and recent text
     caption_tokens: int
     factsheet: Mapping[int, str] = field(default_factory=dict)
+    verbatim: tuple[Turn, ...] | None = None  # set: every turn goes as itself in this order, nothing else
 
     @cached_property
     def sent(self) -> list[Tier]:
@@ -113,10 +124,15 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     """The context's plan under `budget` for a consumer priced by `cost`. Raises BudgetError
     (with the shortfall) when even the system and pinned turns do not fit."""
     limit, caption = budget.limit, snap.count(CAPTION)
+    image_cap = policy.limits.image_cap(cost.max_images)
+    original = snap.original_tokens(cost) if policy.verbatim else None
+    if original is not None:
+        if whole := as_it_came(snap, original, limit, image_cap):
+            return whole
+        limit = min(limit, original)  # never worse than sending the conversation as it came
     fixed = [*snap.system, *snap.pinned]
     fixed_tokens = sum(snap.turn_tokens(t, cost) for t in fixed)
     recent_tokens = [snap.turn_tokens(t, cost) for t in snap.recent]
-    image_cap = policy.limits.image_cap(cost.max_images)
     if image_cap is not None and snap.image_count(fixed) > image_cap:
         raise BudgetError(f"system and pinned turns hold {snap.image_count(fixed)} images, but {cost.name!r} takes "
                           f"at most {image_cap} per request: unpin turns or raise Limits.max_pages")
@@ -142,6 +158,17 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     raise BudgetError(
         f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
         f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
+
+
+def as_it_came(snap: Snapshot, original: int, limit: int, image_cap: int | None) -> Plan | None:
+    """Step 0: every turn as itself, in order, when the whole conversation fits the budget and the
+    consumer's images-per-request cap, and no tool result comes without its call before it (the
+    API would refuse it): nothing needs compressing."""
+    if original > limit or snap.transcript is None or (image_cap is not None and len(snap.all_images) > image_cap):
+        return None
+    if safe_cuts([t for t in snap.transcript if t.role != "system" and not t.pinned])[0] != 0:
+        return None
+    return Plan(len(snap.recent), [], [], [], original, 0, verbatim=snap.transcript)
 
 
 def safe_cuts(recent: Sequence[Turn]) -> list[int]:

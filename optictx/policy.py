@@ -43,7 +43,10 @@ class Policy:
     - `factsheet`: the exact strings kept verbatim beside the images (None: no factsheet);
     - `sticky`: a page is never sent sharper than in the last context for the same budget and
       vision, so it fades and stays faded (a prompt that moves is prefilled again);
-    - `limits`: hard caps on turns and on images per context.
+    - `limits`: hard caps on turns and on images per context;
+    - `verbatim`: a conversation that fits the budget goes as it came (every turn as itself, in
+      order), and a context never costs more than that conversation. False only to measure the
+      optical path itself at budgets that would not need it.
     """
 
     ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
@@ -51,14 +54,17 @@ class Policy:
     factsheet: Factsheet | None = Factsheet()  # noqa: RUF009
     sticky: bool = False
     limits: Limits = Limits()  # noqa: RUF009
+    verbatim: bool = True
 
     def __post_init__(self) -> None:
         checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
                   "fitter": callable(getattr(self.fitter, "fit", None)),
                   "factsheet": self.factsheet is None or isinstance(self.factsheet, Factsheet),
-                  "sticky": isinstance(self.sticky, bool), "limits": isinstance(self.limits, Limits)}
+                  "sticky": isinstance(self.sticky, bool), "limits": isinstance(self.limits, Limits),
+                  "verbatim": isinstance(self.verbatim, bool)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
-                 "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits"}
+                 "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
+                 "verbatim": "a bool"}
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
@@ -66,7 +72,7 @@ class Policy:
     @classmethod
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
-        ladder=, fitter=, factsheet=, limits=, sticky_tiers=."""
+        ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=."""
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:

@@ -13,7 +13,7 @@ from .limits import Limits
 from .renderers import RenderConfig
 from .turns import short
 
-_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool}
+_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 
 

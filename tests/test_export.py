@@ -13,7 +13,7 @@ from conftest import needs_tesseract
 from PIL import Image
 from pydantic import TypeAdapter
 
-from optictx import Budget, Memory
+from optictx import Budget, Memory, Tier
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
@@ -128,7 +128,7 @@ def test_real_anthropic_client_sends_the_context(ctx, server):
 
 
 def test_text_tier_pages_and_broken_tool_json_export_cleanly():
-    mem = Memory(vision="anthropic", budget=Budget(tokens=50000), keep_recent=1)
+    mem = Memory(vision="anthropic", budget=Budget(tokens=50000), keep_recent=1, verbatim=False)
     mem.add({"role": "user", "content": "hi"})
     mem.add({"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{bad"}}]})
     mem.add({"role": "tool", "tool_call_id": "c1", "content": ""})
@@ -237,3 +237,33 @@ def test_openai_reader_against_a_local_server():
             reader.read(Image.new("L", (13, 13), 255))
     finally:
         srv.shutdown()
+
+
+def test_a_conversation_that_fits_goes_as_it_came_in_its_own_order():
+    mem = Memory(vision="anthropic", budget=Budget(tokens=50_000), keep_recent=1)
+    msgs = [{"role": "user", "content": "first"}, {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "keep this", "pinned": True}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"}]
+    for m in msgs:
+        mem.add(m)
+    ctx = mem.context()
+    assert ctx.verbatim and not ctx.pages
+    assert ctx.to_openai() == [t.to_openai() for t in mem.transcript()]
+    system, messages = ctx.to_anthropic()
+    assert system == "be brief"
+    assert [b["text"] for m in messages for b in m["content"]] == ["first", "keep this", "ok", "second"]
+    assert mem.context(budget=ctx.tokens - 1).tokens < ctx.tokens  # one token less: compressed
+
+
+def test_more_native_images_than_the_provider_takes_is_compressed_never_costlier():
+    part = {"type": "image_url", "image_url": {"url": _tiny_png_uri()}}
+    mem = Memory(vision="anthropic", budget=Budget(tokens=400_000), keep_recent=1)
+    for i in range(101):  # Anthropic takes 100 images per request
+        mem.add({"role": "user", "content": [{"type": "text", "text": f"picture {i}"}, part]})
+    original = sum(mem.tokenizer.count(t.text) for t in mem.transcript()) + 101 * mem.vision.image_tokens(
+        Tier.GUNDAM, (8, 8))
+    ctx = mem.context()
+    assert not ctx.verbatim and ctx.tokens <= original
+    sent = sum(1 for m in ctx.to_openai() if isinstance(m["content"], list)
+               for p in m["content"] if p["type"] == "image_url")
+    assert sent <= 100

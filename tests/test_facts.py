@@ -52,7 +52,7 @@ def _needles(mem, n=40):
 
 
 def test_factsheet_keeps_numbers_of_imaged_turns_within_budget():
-    mem = Memory(budget=Budget(tokens=6000), keep_recent=2)
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=2, verbatim=False)
     numbers = _needles(mem)
     ctx = mem.context()
     assert ctx.tokens <= 6000
@@ -95,7 +95,7 @@ def test_factsheet_takes_at_most_its_share_of_a_small_budget():
 
 
 def test_factsheet_can_be_turned_off():
-    mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None)
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=2, factsheet=None, verbatim=False)
     _needles(mem)
     assert mem.context().factsheet == ""
     # On a live memory too (the NIAH harness's optical-only context), and back on again.

@@ -9,7 +9,7 @@ from optictx.eval.fidelity import corpora
 
 def _memory(gate=None):
     ladder = AgeLadder(steps=((1, Tier.SMALL),), rest=Tier.TINY)  # few pages suffice to reach TINY
-    mem = Memory(keep_recent=0, budget=Budget(tokens=20_000), ladder=ladder, gate=gate)
+    mem = Memory(keep_recent=0, budget=Budget(tokens=20_000), ladder=ladder, gate=gate, verbatim=False)
     texts = corpora()
     for turn in [*texts["prose"][:2], *texts["tool"][:10]]:
         mem.add(turn)

@@ -40,7 +40,7 @@ def test_huge_turn_spans_pages_and_fits():
 
 
 def test_images_in_content_parts_are_kept_native_and_shown_as_placeholders_on_pages():
-    mem = Memory(keep_recent=1)
+    mem = Memory(keep_recent=1, verbatim=False)
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     mem.add({"role": "user", "content": [{"type": "text", "text": "look"}, part]})
     mem.add({"role": "assistant", "content": "ok"})
@@ -63,7 +63,9 @@ def test_orphan_tool_result_goes_to_pages_not_native_text():
     mem.add({"role": "user", "content": "hi"})
     ctx = mem.context()
     assert all(m["role"] != "tool" for m in ctx.to_openai())
-    assert any("orphan" in p.text for p in ctx.pages)
+    # On a page: dropped here, as no page costs less than the two turns sent as they came.
+    assert any("orphan" in p.text for p in [*(s.page for s in ctx.pages), *ctx.gone])
+    assert not ctx.verbatim and ctx.tokens <= sum(mem.tokenizer.count(t.text) for t in mem.transcript())
 
 
 @pytest.mark.parametrize("bad", [None, 3, ["x"], {"role": "user", "content": {"nested": "dict"}}])
@@ -177,7 +179,7 @@ def test_decompression_bombs_in_content_parts_are_never_decoded_and_pillow_guard
     default_guard = Image.MAX_IMAGE_PIXELS
     bomb = base64.b64encode(_bomb_png()).decode()
     part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{bomb}"}}
-    mem = Memory(keep_recent=1, budget=Budget(tokens=3000))
+    mem = Memory(keep_recent=1, budget=Budget(tokens=3000), verbatim=False)
     mem.add({"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]})
     mem.add({"role": "assistant", "content": "a picture"})
     mem.add({"role": "user", "content": [part]})
@@ -214,14 +216,14 @@ def test_10_mb_turns(kind):
 
 
 def test_pages_per_context_are_capped_by_limits_and_by_the_provider():
-    mem = Memory(budget=Budget(tokens=400_000), keep_recent=1)
+    mem = Memory(budget=Budget(tokens=400_000), keep_recent=1, verbatim=False)
     for i in range(150):  # ~300 pages of ~1000 tokens
         mem.add({"role": "user", "content": f"turn {i} " + "words and more words " * 400})
     claude = mem.context(vision="anthropic")
     assert len([p for p in claude.pages if p.tier.is_image]) == 100  # Anthropic's per-request cap
     assert claude.pages[-1].page.index == len(mem.pages) - 1  # the newest kept, the oldest dropped
     assert len([p for p in mem.context().pages if p.tier.is_image]) > 250  # DeepSeek-OCR: no cap
-    capped = Memory(budget=Budget(tokens=400_000), keep_recent=1, limits=Limits(max_pages=3))
+    capped = Memory(budget=Budget(tokens=400_000), keep_recent=1, limits=Limits(max_pages=3), verbatim=False)
     for t in mem.transcript()[:20]:
         capped.add(t.model_copy(update={"id": None}))
     assert len([p for p in capped.context().pages if p.tier.is_image]) == 3

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.context import PageSegment
 from optictx.memory import turn_tokens
+from optictx.native import image_sizes, images_cost
 from optictx.plan import schedule
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, page_costs
 
@@ -19,8 +20,9 @@ VISIONS = st.sampled_from(list(COST_MODELS))
 POLICIES = {
     "default": Policy(),
     # Drop whole pages oldest first, every page on the ladder (the open page too), tiers moving
-    # at every seal, sticky: as far from the default as the knobs go.
-    "drop-oldest": Policy(ladder=AgeLadder(hold=1, unsealed=None), fitter=DropOldest(), sticky=True),
+    # at every seal, sticky, and pages even where the whole conversation would fit as text: as far
+    # from the default as the knobs go.
+    "drop-oldest": Policy(ladder=AgeLadder(hold=1, unsealed=None), fitter=DropOldest(), sticky=True, verbatim=False),
 }
 
 
@@ -91,7 +93,7 @@ def test_recent_turns_stay_text_while_they_fit(mem):
     fixed = _fixed_tokens(mem)
     if fixed + sum(turn_tokens(t, mem.tokenizer) for t in recent) <= mem.budget.limit:
         native = [s.turn.id for s in ctx.text_segments if s.kind == "recent"]
-        assert native == [t.id for t in recent]
+        assert native == [t.id for t in (conversational if ctx.verbatim else recent)]
     # at least keep_recent conversational turns are held out of the pages (orphan tool results aside)
     if not any(t.role == "tool" for t in conversational):
         assert len(recent) >= min(mem.keep_recent, len(conversational))
@@ -140,6 +142,9 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
     ctx = _fitted(mem)
     placed = {tid for s in ctx.segments for tid in s.turn_ids} | {tid for p in ctx.gone for tid in p.turn_ids}
     assert placed == {t.id for t in mem.transcript()}
+    if ctx.verbatim:  # the conversation as it came: every turn in its own place
+        assert [s.turn.id for s in ctx.segments] == [t.id for t in mem.transcript()]
+        return
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
     order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "recent": 4}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
@@ -149,6 +154,23 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
             assert before is None or before.kind in ("system", "pinned", "caption")
         elif kind == "factsheet":
             assert isinstance(before, PageSegment) and before.page.sealed and before.tier.is_image
+
+
+@PROPS
+@given(memories)
+def test_never_costs_more_than_the_conversation_as_it_came(mem):
+    ctx = _fitted(mem)
+    turns = mem.transcript()
+    original = sum(turn_tokens(t, mem.tokenizer) + images_cost(image_sizes(t), ctx.vision) for t in turns)
+    if not mem.verbatim:
+        return
+    assert ctx.tokens <= original
+    cap = mem.limits.image_cap(ctx.vision.max_images)
+    if original <= mem.budget.limit and (cap is None or sum(len(image_sizes(t)) for t in turns) <= cap):
+        assert ctx.verbatim and ctx.tokens == original
+        assert ctx.to_openai() == [t.to_openai() for t in turns]
+    else:
+        assert not ctx.verbatim
 
 
 def test_default_ladder_by_age_then_budget_demotes_oldest_first():

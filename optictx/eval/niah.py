@@ -324,8 +324,9 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     tok = get_tokenizer()
     total = sum(turn_tokens(t, tok) for t in turns)
     limit = round(cell.budget * total) if cell.budget <= 1 else int(cell.budget)
+    # verbatim=False: the harness measures what pages keep, also where the text alone would fit.
     mem = Memory(vision=config.vision, budget=Budget(tokens=limit), keep_recent=config.keep_recent,
-                 render=config.render)
+                 render=config.render, verbatim=False)
     for t in turns:
         mem.add(t)
     ctx = mem.context()
