@@ -261,7 +261,38 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("--base-url", help="vlm backend: OpenAI-compatible server")
     niah.add_argument("--model", help="vlm backend: model name")
     niah.set_defaults(func=cmd_niah)
+    serve = sub.add_parser("serve", help="a memory proxy for the OpenAI and Anthropic APIs, with a dashboard")
+    serve.add_argument("--upstream", help="OpenAI-compatible base URL, with its /v1 (e.g. https://api.openai.com/v1)")
+    serve.add_argument("--anthropic-upstream", help="Anthropic base URL (e.g. https://api.anthropic.com)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
+                       help="cost model; auto: by each request's model name (default)")
+    serve.add_argument("--budget", type=int, default=16384, help="context tokens per request (default 16384)")
+    serve.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
+    serve.add_argument("--store", help="folder that keeps the memories across restarts (default: none)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="bind a non-loopback host; clients must then send OPTICTX_PROXY_KEY as X-Optictx-Key")
+    serve.add_argument("--max-body-bytes", type=int, default=32 * 2**20)
+    serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
+    serve.set_defaults(func=cmd_serve)
     return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .errors import need
+
+    need("starlette", "serve"), need("uvicorn", "serve"), need("httpx", "serve")
+    from .serve import ServeConfig, run
+
+    config = ServeConfig.make(
+        upstream=args.upstream, anthropic_upstream=args.anthropic_upstream, host=args.host, port=args.port,
+        vision=args.vision, budget=args.budget, keep_recent=args.keep_recent,
+        store=Path(args.store) if args.store else None, allow_remote=args.allow_remote,
+        proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
+        upstream_timeout=args.upstream_timeout)
+    run(config)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

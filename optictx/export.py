@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .turns import Turn, check_json, image_url
@@ -56,8 +57,13 @@ def _sequence(ctx: Context) -> list[Turn | Middle]:
     return out
 
 
-def to_openai(ctx: Context) -> list[dict[str, Any]]:
-    return [item.to_openai() if isinstance(item, Turn) else
+Message = Callable[[Turn], dict[str, Any]]
+
+
+def to_openai(ctx: Context, message: Message | None = None) -> list[dict[str, Any]]:
+    """`message`: how a turn is written (default `Turn.to_openai`; a proxy gives the client's own)."""
+    write = message or Turn.to_openai
+    return [write(item) if isinstance(item, Turn) else
             {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)]
 
 
@@ -109,25 +115,31 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Anthropic wants alternating roles, starting with the user: merge runs of one role."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if out and out[-1]["role"] == m["role"]:
-            out[-1]["content"].extend(m["content"])
+        if out and out[-1]["role"] == m["role"]:  # a new message: the ones merged stay as they were
+            out[-1] = {**out[-1], "content": [*_blocks(out[-1]["content"]), *_blocks(m["content"])]}
         else:
-            out.append({"role": m["role"], "content": list(m["content"])})
+            out.append(m)
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [_text_block("(the conversation so far continues below)")]})
     return out
 
 
-def to_anthropic(ctx: Context) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [_text_block(content)] if isinstance(content, str) else list(content)
+
+
+def to_anthropic(ctx: Context, message: Message | None = None) -> tuple[str, list[dict[str, Any]]]:
     """System turns (wherever they are) join the system prompt; the rest are messages, the pages'
-    OpenAI parts each as its Anthropic block (a data URI becomes a base64 source)."""
+    OpenAI parts each as its Anthropic block (a data URI becomes a base64 source). `message`: how
+    a turn is written (a proxy gives the client's own blocks); consecutive roles are merged."""
+    write = message or _anthropic_message
     system: list[str] = []
     messages: list[dict[str, Any]] = []
     for item in _sequence(ctx):
         if isinstance(item, Turn) and item.role == "system":
             system.append(item.text)
         elif isinstance(item, Turn):
-            messages.append(_anthropic_message(item))
+            messages.append(write(item))
         else:
             messages.append({"role": "user", "content": [_anthropic_part(p) for p in _openai_parts(item, None)]})
     return "\n\n".join(system), _merge_roles(messages)

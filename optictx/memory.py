@@ -20,7 +20,7 @@ from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .lru import LRU
-from .native import image_sizes
+from .native import image_sizes, images_cost
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
 from .plan import Snapshot, plan, safe_cuts
 from .policy import Fitter, Ladder, Policy
@@ -287,6 +287,14 @@ class Memory:
         return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), tokens, pack,
                         self.tokenizer.count, images, floors, last, self._facts, transcript,
                         self._text_total, tuple(s for sizes in self._images.values() for s in sizes))
+
+    def original_tokens(self, vision: str | CostModel | None = None) -> int:
+        """What the whole conversation costs sent as it came, under `vision` (default: the
+        memory's): no context costs more (`Policy.verbatim`)."""
+        cost = self.vision if vision is None else get_cost_model(vision)
+        with self._lock:
+            self._sync()
+            return self._text_total + sum(images_cost(sizes, cost) for sizes in self._images.values())
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""

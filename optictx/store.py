@@ -20,7 +20,9 @@ Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import zlib
@@ -123,6 +125,12 @@ class MemoryStore:
         pass
 
 
+def private_file(path: Path) -> None:
+    """Create `path` readable and writable by its owner only (0600), unless it exists."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 class SQLiteStore:
     """Turns as JSON rows in SQLite (WAL). Safe to share between threads; one per process.
 
@@ -140,6 +148,8 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: empty file, not an optictx memory (remove it to start a new one)")
         if size is not None and size < _MIN_FILE:  # shorter than one SQLite page: cut, or not SQLite at all
             raise StoreError(f"{self.path}: {size} bytes, too short for an optictx memory (a damaged file?)")
+        if size is None:
+            private_file(self.path)  # a memory holds a conversation: its owner's to read (WAL files follow)
         try:
             self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False,
                                        isolation_level=None)

@@ -1,0 +1,141 @@
+"""The Anthropic Messages API: `system` and content blocks in, the fitted request out, with
+prompt-cache breakpoints at the end of what stays the same from one request to the next."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..context import Context
+from ..errors import TurnError
+from ..export import to_anthropic
+from ..turns import Turn, to_turn
+from .dialect import ApiError, Parsed, field
+
+MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _part(block: dict[str, Any]) -> dict[str, Any]:
+    """A content block as an OpenAI-style part: images become image_url parts, so that their
+    size is read and priced like any client image; other blocks are kept as they are."""
+    if block["type"] == "image" and isinstance(source := block.get("source"), dict):
+        if source.get("type") == "base64":
+            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+        else:
+            url = source.get("url")
+        return {"type": "image_url", "image_url": {"url": url if isinstance(url, str) else ""}}
+    return block
+
+
+def _result(content: Any) -> Any:
+    return [_part(b) for b in content] if isinstance(content, list) else content
+
+
+def _turns(i: int, message: Any) -> list[tuple[dict[str, Any], Any]]:
+    """One message as OpenAI-style turn dicts, each with what the client sent for it: a user
+    message's tool_result blocks become tool turns (before the rest, as the API orders them)."""
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise ApiError(f"messages[{i}]: a message is an object with role user or assistant", param=f"messages[{i}]")
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return [({"role": role, "content": content}, message)]
+    if not isinstance(content, list):
+        raise ApiError(f"messages[{i}].content: a string or a list of blocks", param=f"messages[{i}].content")
+    for j, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise ApiError(f"messages[{i}].content[{j}]: a block is an object with a string type",
+                           param=f"messages[{i}].content[{j}]")
+    if role == "assistant":
+        calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input") or {}}}
+                 for b in content if b["type"] == "tool_use"]
+        parts = [_part(b) for b in content if b["type"] != "tool_use"]
+        return [({"role": "assistant", "content": parts, "tool_calls": calls or None}, message)]
+    results = [b for b in content if b["type"] == "tool_result"]
+    rest = [b for b in content if b["type"] != "tool_result"]
+    out: list[tuple[dict[str, Any], Any]] = [
+        ({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _result(b.get("content")),
+          "metadata": {"is_error": True} if b.get("is_error") else {}}, {"role": "user", "content": [b]})
+        for b in results]
+    if rest or not results:
+        out.append(({"role": "user", "content": [_part(b) for b in rest]},
+                    {"role": "user", "content": rest} if results else message))
+    return out
+
+
+def _breakpoints(body: dict[str, Any], pages: set[str]) -> None:
+    """cache_control on the last page image, the system prompt and the last block, as far as the
+    limit allows beside the client's own breakpoints: pages and system stay the same while new
+    turns arrive, and the whole prompt is the start of the next one. Lists are copied, never
+    written into (they may be the client's own)."""
+    messages = [{**m, "content": list(m["content"])} if isinstance(m["content"], list) else m
+                for m in body["messages"]]
+    if isinstance(messages[-1]["content"], str):
+        messages[-1] = {**messages[-1], "content": [{"type": "text", "text": messages[-1]["content"]}]}
+    system = body.get("system")
+    system = [{"type": "text", "text": system}] if isinstance(system, str) and system else (
+        list(system) if isinstance(system, list) else None)
+    blocks = [*(body.get("tools") or []), *(system or []),
+              *(b for m in messages if isinstance(m["content"], list) for b in m["content"])]
+    used = sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+    spots = [(m["content"], j) for m in messages if isinstance(m["content"], list)
+             for j, b in enumerate(m["content"])
+             if b.get("type") == "image" and b.get("source", {}).get("data") in pages]
+    spots = spots[-1:]
+    if system and not any(isinstance(b, dict) and "cache_control" in b for b in system):
+        spots.append((system, len(system) - 1))
+    if messages[-1]["content"]:
+        spots.append((messages[-1]["content"], len(messages[-1]["content"]) - 1))
+    for blocks_, j in spots[: max(0, MAX_BREAKPOINTS - used)]:
+        if isinstance(blocks_[j], dict) and "cache_control" not in blocks_[j]:
+            blocks_[j] = {**blocks_[j], "cache_control": EPHEMERAL}
+    body["messages"] = messages
+    if system is not None:
+        body["system"] = system
+
+
+class AnthropicMessages:
+    name = "anthropic"
+
+    def parse(self, body: Any, raw: bytes) -> Parsed:
+        if not isinstance(body, dict):
+            raise ApiError("the request body must be a JSON object")
+        model = field(body, "model", str)
+        messages = field(body, "messages", list)
+        system = body.get("system")
+        pairs: list[tuple[dict[str, Any], Any]] = []
+        if system:
+            if not isinstance(system, (str, list)):
+                raise ApiError("system: a string or a list of text blocks", param="system")
+            pairs.append(({"role": "system", "content": system}, None))
+        for i, message in enumerate(messages):
+            pairs.extend(_turns(i, message))
+        turns = []
+        for fields, _ in pairs:
+            try:
+                turns.append(to_turn(fields))
+            except TurnError as exc:
+                raise ApiError(f"messages: {exc}", param="messages") from exc
+        return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(o for _, o in pairs))
+
+    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+        if ctx.verbatim:
+            return parsed.raw
+
+        def original(turn: Turn) -> dict[str, Any]:
+            return parsed.originals[turn.id]  # type: ignore[index]
+
+        _, messages = to_anthropic(ctx, original)  # the system prompt stays as the client sent it
+        body = {**parsed.body, "messages": messages}
+        _breakpoints(body, {p.png_base64() for p in ctx.pages if p.tier.is_image})
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    def error(self, exc: ApiError) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": exc.kind, "message": str(exc)}}
+
+    def stream_error(self, message: str) -> bytes:
+        data = json.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
+        return b"event: error\ndata: " + data.encode() + b"\n\n"
+
+
+ANTHROPIC = AnthropicMessages()

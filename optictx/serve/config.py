@@ -1,0 +1,68 @@
+"""Settings of `optictx serve`, checked once when it starts (a bad one: ConfigError naming it)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..cost import COST_MODELS
+from ..errors import ConfigError
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ServeConfig(BaseModel):
+    """`upstream`: an OpenAI-compatible base URL with its `/v1` (as the openai client takes it);
+    `anthropic_upstream`: an Anthropic base URL without `/v1` (as the anthropic client takes it).
+    A host other than loopback needs `allow_remote` and a `proxy_key` that clients present in
+    `X-Optictx-Key`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    upstream: str | None = None
+    anthropic_upstream: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    vision: str = "auto"
+    budget: int = Field(16384, ge=1)
+    keep_recent: int = Field(4, ge=0)
+    store: Path | None = None
+    allow_remote: bool = False
+    proxy_key: str | None = Field(None, repr=False, min_length=16)
+    max_body_bytes: int = Field(32 * 2**20, ge=1024, description="largest request body taken (413 beyond)")
+    upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
+    max_open: int = Field(256, ge=1, description="conversations kept open in memory (least recent closed)")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServeConfig:
+        if not (self.upstream or self.anthropic_upstream):
+            raise ValueError("give --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL")
+        for name in ("upstream", "anthropic_upstream"):
+            url = getattr(self, name)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{name} must be an http:// or https:// URL, got {url!r}")
+        if self.vision != "auto" and self.vision not in COST_MODELS:
+            raise ValueError(f"vision {self.vision!r} is unknown; use auto or one of {', '.join(COST_MODELS)}")
+        if not is_loopback(self.host) and not (self.allow_remote and self.proxy_key):
+            raise ValueError(f"host {self.host!r} is not loopback: pass --allow-remote, and clients must then "
+                             "present the proxy key (OPTICTX_PROXY_KEY) in X-Optictx-Key")
+        return self
+
+    @classmethod
+    def make(cls, **fields: object) -> ServeConfig:
+        """Validated settings, or ConfigError naming the bad one."""
+        try:
+            return cls(**fields)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(map(str, err["loc"]))
+            raise ConfigError(f"optictx serve: {where + ': ' if where else ''}{err['msg']}") from exc

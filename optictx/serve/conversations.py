@@ -1,0 +1,162 @@
+"""Conversations from a stateless API. Each request carries its whole history; the chain of its
+turns' digests, rooted in the caller's credential and the conversation's name, finds the memory
+that holds exactly that history. A memory only ever grows: a request that edits or regenerates
+an earlier turn gets a new memory (a fork) holding its own history, so no turn of another branch
+can reach its context."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..memory import Memory
+from ..turns import Turn
+from .ledger import Ledger
+
+log = logging.getLogger("optictx.serve")
+
+
+def credential(headers: Mapping[str, str]) -> str:
+    """The caller's API key ("" when none): `x-api-key`, else a Bearer token."""
+    key = headers.get("x-api-key")
+    if key:
+        return key
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
+
+
+def tenant_of(headers: Mapping[str, str]) -> str:
+    """Whose conversations these are: a digest of the credential, never the credential itself."""
+    return hashlib.sha256(b"optictx tenant\0" + credential(headers).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:
+    """The digest of every prefix: turn i's is over the one before it and turn i as stored."""
+    head = hashlib.sha256(f"optictx chain\0{tenant}\0{name or ''}".encode("utf-8", "surrogatepass")).digest()
+    out = []
+    for t in turns:
+        body = json.dumps(t.model_dump(mode="json", exclude={"id"}), sort_keys=True, ensure_ascii=False)
+        head = hashlib.sha256(head + body.encode("utf-8", "surrogatepass")).digest()
+        out.append(head)
+    return out
+
+
+@dataclass(eq=False)
+class Conversation:
+    id: str
+    tenant: str
+    memory: Memory
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last: object = None  # the latest context sent (for the dashboard's contact sheet)
+    closed: bool = False
+
+
+class Conversations:
+    """Memories by conversation, at most `max_open` open (the least recently used is closed; with
+    a store it reopens from its file, its pages not drawn again)."""
+
+    def __init__(self, make: Callable[[Path | None], Memory], folder: Path | None, ledger: Ledger,
+                 max_open: int = 256) -> None:
+        self._make, self._folder, self.ledger, self._max = make, folder, ledger, max_open
+        self._open: OrderedDict[str, Conversation] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _path(self, conversation: str) -> Path | None:
+        return None if self._folder is None else self._folder / f"{conversation}.db"
+
+    def _get(self, conversation: str) -> Conversation | None:
+        """An open conversation, reopened from its file if it has one (caller holds self._lock)."""
+        conv = self._open.get(conversation)
+        if conv is None:
+            path = self._path(conversation)
+            tenant = self.ledger.owner(conversation)
+            if path is None or not path.exists() or tenant is None:
+                self.ledger.forget(conversation)
+                return None
+            conv = self._open[conversation] = Conversation(conversation, tenant, Memory.open(path))
+        self._open.move_to_end(conversation)
+        self._close_idle()
+        return conv
+
+    def _new(self, tenant: str, name: str | None) -> Conversation:
+        conversation = secrets.token_hex(8)
+        path = self._path(conversation)
+        self.ledger.new_conversation(conversation, tenant, name)
+        conv = self._open[conversation] = Conversation(conversation, tenant, self._make(path))
+        self._close_idle()
+        return conv
+
+    def _close_idle(self) -> None:
+        for key in list(self._open)[: max(0, len(self._open) - self._max)]:
+            conv = self._open[key]
+            if conv.lock.acquire(blocking=False):  # one in use stays open
+                try:
+                    conv.memory.close()
+                    conv.closed = True
+                    del self._open[key]
+                    if self._folder is None:
+                        self.ledger.forget(key)  # nothing left to reopen
+                finally:
+                    conv.lock.release()
+
+    def holding(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation:
+        """The conversation holding exactly `turns`, locked (release `.lock` when done): the one
+        they continue, with the new turns added, or a new one (a fork where they branch off)."""
+        digests = chain(tenant, name, turns)
+        while True:
+            with self._lock:
+                hit = self.ledger.longest(digests)
+                conv = self._get(hit[0]) if hit else None
+            if conv is None:
+                with self._lock:
+                    conv = self._new(tenant, name)
+                conv.lock.acquire()
+                self._grow(conv, turns, digests, 0)
+                return conv
+            conv.lock.acquire()
+            if conv.closed:  # closed while we waited for it
+                conv.lock.release()
+                continue
+            held = len(conv.memory)
+            if held == hit[1]:  # type: ignore[index]
+                self._grow(conv, turns, digests, held)
+                return conv
+            conv.lock.release()  # it went on another way (a branch): a fork holds this history
+            log.info("conversation %s forks at turn %d", conv.id, hit[1])  # type: ignore[index]
+            with self._lock:
+                fork = self._new(tenant, name)
+            fork.lock.acquire()
+            self._grow(fork, turns, digests, 0)
+            return fork
+
+    def _grow(self, conv: Conversation, turns: Sequence[Turn], digests: list[bytes], held: int) -> None:
+        try:
+            if held < len(turns):
+                with conv.memory.batch():
+                    for t in turns[held:]:
+                        conv.memory.add(t)
+                self.ledger.extend(conv.id, digests, held)
+        except BaseException:
+            conv.lock.release()
+            raise
+
+    def find(self, tenant: str, conversation: str) -> Conversation | None:
+        """The tenant's open conversation `conversation`, or None (another tenant's is None too)."""
+        with self._lock:
+            conv = self._open.get(conversation)
+        return conv if conv is not None and conv.tenant == tenant else None
+
+    def close(self) -> None:
+        with self._lock:
+            for conv in self._open.values():
+                with conv.lock:
+                    conv.memory.close()
+            self._open.clear()
+            self.ledger.close()

@@ -1,0 +1,64 @@
+"""What the two APIs share: a parsed request, the error a client gets back, and the interface
+each API's module fills in (`openai_api.OPENAI`, `anthropic_api.ANTHROPIC`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..context import Context
+from ..errors import OptictxError
+from ..turns import Turn
+
+
+class ApiError(OptictxError):
+    """A request the proxy answers itself, with `status` and the API's own error shape."""
+
+    def __init__(self, message: str, *, status: int = 400, kind: str = "invalid_request_error",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A request's body and its messages as turns; `originals[i]` is what the client sent for
+    turn i (written back as it came while that turn stays text)."""
+
+    body: dict[str, Any]
+    raw: bytes
+    model: str
+    stream: bool
+    turns: tuple[Turn, ...]
+    originals: tuple[Any, ...]
+
+
+class Dialect(Protocol):
+    name: str  # "openai" or "anthropic": the key of vision.UNKNOWN
+
+    def parse(self, body: Any, raw: bytes) -> Parsed:
+        """The request's turns, or ApiError naming the bad field (nothing is stored then)."""
+        ...
+
+    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+        """The body that goes upstream: the client's own bytes for a verbatim context."""
+        ...
+
+    def error(self, exc: ApiError) -> dict[str, Any]:
+        """The API's error body."""
+        ...
+
+    def stream_error(self, message: str) -> bytes:
+        """An SSE event that ends a stream with an error the client's SDK raises."""
+        ...
+
+
+def field(body: dict[str, Any], name: str, kind: type, *, required: bool = True) -> Any:
+    """`body[name]` checked to be a `kind`, or ApiError naming it."""
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+    if wrong or (kind in (str, list) and not value):
+        raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
+    return value

@@ -1,0 +1,51 @@
+"""The OpenAI Chat Completions API: messages in, the fitted messages out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..context import Context
+from ..errors import TurnError
+from ..export import to_openai
+from ..turns import Turn, to_turn
+from .dialect import ApiError, Parsed, field
+
+
+class OpenAIChat:
+    name = "openai"
+
+    def parse(self, body: Any, raw: bytes) -> Parsed:
+        if not isinstance(body, dict):
+            raise ApiError("the request body must be a JSON object")
+        model = field(body, "model", str)
+        messages = field(body, "messages", list)
+        turns = []
+        for i, message in enumerate(messages):
+            # "developer" is the newer name of the system role (OpenAI's o-series docs).
+            if isinstance(message, dict) and message.get("role") == "developer":
+                message = {**message, "role": "system"}
+            try:
+                turns.append(to_turn(message))
+            except TurnError as exc:
+                raise ApiError(f"messages[{i}]: {exc}", param=f"messages[{i}]") from exc
+        return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(messages))
+
+    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+        if ctx.verbatim:
+            return parsed.raw
+
+        def original(turn: Turn) -> dict[str, Any]:
+            return parsed.originals[turn.id]  # type: ignore[index]
+
+        return json.dumps({**parsed.body, "messages": to_openai(ctx, original)}, ensure_ascii=False).encode()
+
+    def error(self, exc: ApiError) -> dict[str, Any]:
+        return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}
+
+    def stream_error(self, message: str) -> bytes:
+        # The openai SDK raises APIError on an event whose data holds "error".
+        return b"data: " + json.dumps({"error": {"message": message, "type": "upstream_error"}}).encode() + b"\n\n"
+
+
+OPENAI = OpenAIChat()

@@ -1,0 +1,98 @@
+"""Upstream calls: the fitted body goes out, the answer comes back as it arrives, with its
+status and headers. An upstream error keeps its status (429 stays 429, with Retry-After); a
+failure in the middle of a stream ends it with the API's own error event."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+from starlette.responses import Response, StreamingResponse
+
+from .dialect import ApiError, Dialect
+
+log = logging.getLogger("optictx.serve")
+
+# Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy sets itself.
+_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                  "transfer-encoding", "upgrade", "host", "content-length", "content-encoding", "accept-encoding"})
+
+
+def outgoing(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's headers for upstream: its credentials and API versions pass through; the
+    proxy's own (X-Optictx-*) and hop-by-hop ones do not."""
+    out = {k: v for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-optictx-")}
+    out["accept-encoding"] = "identity"  # relayed as it arrives, never re-encoded
+    return out
+
+
+def incoming(headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+
+
+def _after(data: bytes, mark: bytes) -> int:
+    """Where the last `mark` in `data` ends (0: none)."""
+    at = data.rfind(mark)
+    return 0 if at < 0 else at + len(mark)
+
+
+class Upstream:
+    def __init__(self, base: str, timeout: float) -> None:
+        self.base = base.rstrip("/")
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+
+    def _unreachable(self, exc: httpx.HTTPError) -> ApiError:
+        if isinstance(exc, httpx.TimeoutException):
+            return ApiError(f"upstream {self.base} did not answer in time ({type(exc).__name__})", status=504,
+                            kind="timeout_error")
+        return ApiError(f"upstream {self.base} unreachable ({type(exc).__name__}: {exc})", status=502, kind="api_error")
+
+    async def get(self, path: str, headers: Mapping[str, str]) -> Response:
+        try:
+            r = await self.client.get(self.base + path, headers=outgoing(headers))
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        return Response(r.content, r.status_code, incoming(r.headers))
+
+    async def post(self, path: str, body: bytes, headers: Mapping[str, str], stream: bool, dialect: Dialect,
+                   extra: Mapping[str, str]) -> Response:
+        """The upstream's answer to `body`, streamed as it arrives when `stream`."""
+        send = {**outgoing(headers), "content-type": "application/json"}
+        request = self.client.build_request("POST", self.base + path, content=body, headers=send)
+        try:
+            r = await self.client.send(request, stream=stream)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        answer = {**incoming(r.headers), **extra}
+        if not stream or r.status_code >= 400:
+            try:
+                content = await r.aread()
+            except httpx.HTTPError as exc:
+                raise self._unreachable(exc) from exc
+            finally:
+                await r.aclose()
+            return Response(content, r.status_code, answer)
+        return StreamingResponse(self._relay(r, dialect), r.status_code, answer)
+
+    async def _relay(self, r: httpx.Response, dialect: Dialect) -> AsyncIterator[bytes]:
+        """Whole events as they arrive: should upstream break off, the half event it left is
+        dropped and an error event ends the stream (a client never parses half of one)."""
+        tail = b""
+        try:
+            async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
+                tail += chunk
+                end = max(_after(tail, b"\n\n"), _after(tail, b"\r\n\r\n"))
+                if end:
+                    yield tail[:end]
+                    tail = tail[end:]
+            if tail:
+                yield tail
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream from %s broke: %s", self.base, exc)
+            yield dialect.stream_error(f"the upstream stream broke off ({type(exc).__name__}); try again")
+        finally:
+            await r.aclose()
+
+    async def close(self) -> None:
+        await self.client.aclose()

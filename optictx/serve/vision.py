@@ -1,0 +1,35 @@
+"""`--vision auto`: the cost model a request is priced by, from its model name."""
+
+from __future__ import annotations
+
+# (a substring of the lower-cased model name, the cost model): the first match wins, so the more
+# specific names come first. Patch-priced OpenAI models (32-px patches; OpenAI's vision docs:
+# gpt-4.1-mini, gpt-4.1-nano, o4-mini) before the tile-priced family.
+RULES: tuple[tuple[str, str], ...] = (
+    ("claude", "anthropic"),
+    ("gemini", "gemini"),
+    ("qwen2.5-vl", "qwen2.5-vl"),
+    ("qwen2_5_vl", "qwen2.5-vl"),
+    ("deepseek-ocr-2", "deepseek-ocr-2"),
+    ("deepseek-ocr2", "deepseek-ocr-2"),
+    ("unlimited-ocr", "unlimited-ocr"),
+    ("unlimited_ocr", "unlimited-ocr"),
+    ("deepseek-ocr", "deepseek-ocr"),
+    ("gpt-4.1-mini", "openai:gpt-4.1-mini"),
+    ("gpt-4.1-nano", "openai:gpt-4.1-mini"),
+    ("o4-mini", "openai:gpt-4.1-mini"),
+    ("gpt-", "openai:gpt-4o"),
+    ("chatgpt", "openai:gpt-4o"),
+    ("o1", "openai:gpt-4o"),
+    ("o3", "openai:gpt-4o"),
+)
+# A name no rule knows is priced as the API it came through: the provider's own family.
+UNKNOWN = {"openai": "openai:gpt-4o", "anthropic": "anthropic"}
+
+
+def vision_for(model: str, api: str, setting: str) -> str:
+    """The cost model's name: `setting` unless it is "auto", else by RULES, else UNKNOWN[api]."""
+    if setting != "auto":
+        return setting
+    name = model.lower()
+    return next((cost for key, cost in RULES if key in name), UNKNOWN[api])

@@ -1,0 +1,200 @@
+"""The peers of `optictx serve` in tests: a small real upstream on 127.0.0.1 that speaks the
+OpenAI and Anthropic APIs (the only fake, at the network boundary: it records what arrives and
+answers, streamed or not), and the proxy itself on uvicorn, on 127.0.0.1, both in threads with
+bounded request loops."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import uvicorn
+
+from optictx.serve import ServeConfig, create_app
+
+MAX_REQUESTS = 5000  # each server stops by itself after this many
+
+
+@dataclass
+class Arrival:
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return json.loads(self.raw)
+
+
+@dataclass
+class Upstream:
+    """What arrived, in order; `fail` (status, headers) answers the next request with an error;
+    `break_stream` cuts the next stream after its first event."""
+
+    port: int = 0
+    arrivals: list[Arrival] = field(default_factory=list)
+    fail: tuple[int, dict[str, str]] | None = None
+    break_stream: bool = False
+    reply: str = "Hello from upstream, streamed in pieces."
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def last(self, path: str) -> Arrival:
+        return [a for a in self.arrivals if a.path == path][-1]
+
+
+def _openai_answer(model: str, text: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def _openai_events(model: str, text: str) -> list[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+    words = [text[i:i + 6] for i in range(0, len(text), 6)]
+    return [chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in words),
+            chunk({}, "stop"), b"data: [DONE]\n\n"]
+
+
+def _anthropic_answer(model: str, text: str) -> dict[str, Any]:
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+def _anthropic_events(model: str, text: str) -> list[bytes]:
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+    start = {**_anthropic_answer(model, ""), "content": []}
+    words = [text[i:i + 6] for i in range(0, len(text), 6)]
+    return [event("message_start", {"message": start}),
+            event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+            *(event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": w}}) for w in words),
+            event("content_block_stop", {"index": 0}),
+            event("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                    "usage": {"output_tokens": 1}}),
+            event("message_stop", {})]
+
+
+def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
+    state = Upstream()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
+                  kind: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path in ("/v1/models",):
+                self._send(200, json.dumps({"object": "list", "data": [{"id": "up-model", "object": "model",
+                                                                        "created": 1, "owned_by": "test"}]}).encode())
+            else:
+                self._send(404, b'{"error": {"message": "no"}}')
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+            with state.lock:
+                state.arrivals.append(Arrival(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+                fail, state.fail = state.fail, None
+                cut, state.break_stream = state.break_stream, False
+            if fail is not None:
+                status, headers = fail
+                self._send(status, json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode(),
+                           headers)
+                return
+            body = json.loads(raw)
+            model = body.get("model", "m")
+            if self.path == "/v1/messages/count_tokens":
+                self._send(200, json.dumps({"input_tokens": len(raw) // 4}).encode())
+                return
+            anthropic = self.path == "/v1/messages"
+            if not body.get("stream"):
+                answer = _anthropic_answer(model, state.reply) if anthropic else _openai_answer(model, state.reply)
+                self._send(200, json.dumps(answer).encode(), {"x-request-id": "req-upstream-1"})
+                return
+            events = (_anthropic_events if anthropic else _openai_events)(model, state.reply)
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for n, e in enumerate(events):
+                if cut and n == 1:
+                    self.wfile.write(b"5\r\nda")  # half a chunk, then the connection drops
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(f"{len(e):x}\r\n".encode() + e + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.002)
+            self.wfile.write(b"0\r\n\r\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    server.timeout = 0.2
+
+    def loop() -> None:
+        for _ in range(MAX_REQUESTS):
+            if getattr(server, "stopping", False):
+                break
+            server.handle_request()
+    threading.Thread(target=loop, daemon=True).start()
+    return state, server
+
+
+def stop_upstream(server: ThreadingHTTPServer) -> None:
+    server.stopping = True  # type: ignore[attr-defined]
+    server.server_close()
+
+
+class Proxy:
+    """`optictx serve` on uvicorn, on a free loopback port, in a thread."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.app = create_app(config)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning",
+                                                    limit_max_requests=MAX_REQUESTS, lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("optictx serve did not start")
+            time.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def proxy(self) -> Any:
+        return self.app.state.proxy
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)

@@ -1,0 +1,369 @@
+"""`optictx serve` end to end: the official openai and anthropic SDKs talk to the proxy on
+127.0.0.1, the proxy talks to a small real upstream on 127.0.0.1 (tests/serve_peers.py) that
+records what arrives. What reaches the upstream and what the client gets back are checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+import pytest
+from conftest import needs
+
+pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
+
+import httpx  # noqa: E402
+
+from optictx import COST_MODELS, Memory  # noqa: E402
+from optictx.errors import ConfigError  # noqa: E402
+from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
+from optictx.serve.openai_api import OPENAI  # noqa: E402
+from optictx.serve.proxy import fit  # noqa: E402
+
+from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+BUDGET, KEEP = 3000, 4
+
+
+@pytest.fixture()
+def upstream():
+    state, server = start_upstream()
+    yield state
+    stop_upstream(server)
+
+
+@pytest.fixture()
+def proxy(upstream, tmp_path):
+    p = Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url, vision="auto",
+                          budget=BUDGET, keep_recent=KEEP))
+    yield p
+    p.stop()
+
+
+def _openai(proxy, key="key-a", **kw):
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, **kw)
+
+
+def _anthropic(proxy, key="key-a", **kw):
+    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, **kw)
+
+
+def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """OpenAI-style sample messages as an Anthropic request (the test's own conversion)."""
+    system, out = "", []
+    for m in messages:
+        if m["role"] == "system":
+            system += m["content"]
+            continue
+        if m["role"] == "tool":
+            role, blocks = "user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]
+        else:
+            role, blocks = m["role"], [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                        "input": json.loads(c["function"]["arguments"] or "{}")} for c in m.get("tool_calls", [])]
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += blocks
+        else:
+            out.append({"role": role, "content": blocks})
+    return system, out
+
+
+def _fresh(dialect, body: dict[str, Any], budget=BUDGET, vision=None):
+    """What a fresh Memory fed the same messages with the same settings sends upstream."""
+    raw = json.dumps(body).encode()
+    parsed = dialect.parse(body, raw)
+    mem = Memory(keep_recent=KEEP, budget=budget)
+    for t in parsed.turns:
+        mem.add(t)
+    from optictx.serve.vision import vision_for
+
+    fitted, ctx = fit(mem, dialect, parsed, budget, vision or vision_for(parsed.model, dialect.name, "auto"))
+    return json.loads(fitted), ctx
+
+
+def _tool_pairs_intact_openai(messages):
+    calls = set()
+    for m in messages:
+        calls.update(c["id"] for c in m.get("tool_calls") or [])
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in calls, "a tool result went upstream without its call"
+
+
+def _images_openai(messages):
+    return [p for m in messages if isinstance(m.get("content"), list) for p in m["content"] if p["type"] == "image_url"]
+
+
+def test_openai_request_goes_fitted_and_the_answer_comes_back_unchanged(proxy, upstream, sample):
+    messages = sample[:80]
+    answer = _openai(proxy).chat.completions.create(model="deepseek-ocr", messages=messages)
+    assert answer.choices[0].message.content == upstream.reply
+    sent = upstream.last("/v1/chat/completions")
+    body = sent.body
+    assert sent.headers["authorization"] == "Bearer key-a"  # the credential passes through
+    assert _images_openai(body["messages"]), "old turns went as page images"
+    _tool_pairs_intact_openai(body["messages"])
+    fresh, ctx = _fresh(OPENAI, {"model": "deepseek-ocr", "messages": messages})
+    assert body == fresh  # exactly what a fresh memory sends
+    assert ctx.tokens <= BUDGET
+
+
+def test_openai_stream_is_relayed_chunk_by_chunk(proxy, upstream, sample):
+    stream = _openai(proxy).chat.completions.create(model="gpt-4o", messages=sample[:60], stream=True)
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 3 and "".join(pieces) == upstream.reply
+    assert upstream.last("/v1/chat/completions").body["stream"] is True
+
+
+def test_a_growing_chat_sends_what_a_fresh_memory_would_at_every_request(proxy, upstream, sample):
+    client = _openai(proxy)
+    history = list(sample[:30])
+    for step in range(6):
+        history += sample[30 + 8 * step: 38 + 8 * step]
+        client.chat.completions.create(model="deepseek-ocr", messages=history)
+        fresh, _ = _fresh(OPENAI, {"model": "deepseek-ocr", "messages": history})
+        assert upstream.last("/v1/chat/completions").body == fresh, step
+    conversations = proxy.proxy.ledger.conversations(_tenant("key-a"))
+    assert len(conversations) == 1 and conversations[0]["requests"] == 6  # one memory, grown
+
+
+def _tenant(key):
+    from optictx.serve.conversations import tenant_of
+
+    return tenant_of({"authorization": f"Bearer {key}"})
+
+
+def test_an_edited_turn_forks_and_no_turn_of_the_other_branch_goes_upstream(proxy, upstream, sample):
+    client = _openai(proxy)
+    history = list(sample[:70])
+    first = client.chat.completions.with_raw_response.create(model="deepseek-ocr", messages=history)
+    edited = [*history[:40], {"role": "user", "content": "EDITED-BRANCH-7731 instead, do the other thing"}]
+    second = client.chat.completions.with_raw_response.create(model="deepseek-ocr", messages=edited)
+    a, b = first.headers["x-optictx-conversation"], second.headers["x-optictx-conversation"]
+    assert a != b  # a fork
+    body = upstream.last("/v1/chat/completions").body
+    assert body == _fresh(OPENAI, {"model": "deepseek-ocr", "messages": edited})[0]
+    later = json.dumps(history[40:])
+    assert all(m["content"] not in later for m in body["messages"] if isinstance(m.get("content"), str) and
+               len(m["content"]) > 30 and m not in history[:40])
+    # the old branch continues as itself
+    third = client.chat.completions.with_raw_response.create(model="deepseek-ocr",
+                                                             messages=[*history, {"role": "user", "content": "go on"}])
+    assert third.headers["x-optictx-conversation"] == a
+
+
+def test_two_keys_with_the_same_messages_never_share_a_memory_or_dashboard_rows(proxy, upstream, sample):
+    ra = _openai(proxy, "key-a").chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:50])
+    rb = _openai(proxy, "key-b").chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:50])
+    ca, cb = ra.headers["x-optictx-conversation"], rb.headers["x-optictx-conversation"]
+    assert ca != cb
+    assert upstream.arrivals[-2].headers["authorization"] == "Bearer key-a"
+    assert upstream.arrivals[-1].headers["authorization"] == "Bearer key-b"
+    with httpx.Client(base_url=proxy.url) as http:
+        mine = http.get("/optictx/api/conversations", headers={"authorization": "Bearer key-a"}).json()
+        assert [c["id"] for c in mine["conversations"]] == [ca]
+        theirs = http.get(f"/optictx/api/conversations/{cb}", headers={"authorization": "Bearer key-a"})
+        assert theirs.status_code == 404
+        assert http.get(f"/optictx/api/conversations/{cb}/contact.png",
+                        headers={"authorization": "Bearer key-a"}).status_code == 404
+        assert http.get(f"/optictx/api/conversations/{cb}/contact.png",
+                        headers={"authorization": "Bearer key-b"}).headers["content-type"] == "image/png"
+    records = proxy.proxy.ledger
+    assert "key-a" not in json.dumps(records.conversations(_tenant("key-a")))
+
+
+def test_a_conversation_that_fits_goes_upstream_byte_for_byte(proxy, upstream):
+    raw = b'{"messages":[{"role":"user","content":"hi \\u00e9",  "extra_field": 1}],   "model":"gpt-4o"}'
+    with httpx.Client(base_url=proxy.url) as http:
+        r = http.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 200
+    assert upstream.last("/v1/chat/completions").raw == raw
+    assert r.headers["x-optictx-tokens"].split("/")[0] == r.headers["x-optictx-tokens"].split("/")[1]
+
+
+def test_headers_set_the_budget_and_name_the_conversation(proxy, upstream, sample):
+    client = _openai(proxy, default_headers={"X-Optictx-Budget": "1500", "X-Optictx-Conversation": "chat-42"})
+    r = client.chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:80])
+    sent, original = map(int, r.headers["x-optictx-tokens"].split("/"))
+    assert sent <= 1500 < original
+    assert proxy.proxy.ledger.conversations(_tenant("key-a"))[0]["name"] == "chat-42"
+    body = upstream.last("/v1/chat/completions").body
+    assert body == _fresh(OPENAI, {"model": "deepseek-ocr", "messages": sample[:80]}, budget=1500)[0]
+    bad = _openai(proxy, default_headers={"X-Optictx-Budget": "lots"})
+    with pytest.raises(openai.BadRequestError, match="X-Optictx-Budget"):
+        bad.chat.completions.create(model="gpt-4o", messages=sample[:3])
+
+
+def test_anthropic_tools_round_trip_with_cache_breakpoints_and_the_answer_unchanged(proxy, upstream, sample):
+    system, messages = to_anthropic_messages(sample[:90])
+    client = _anthropic(proxy)
+    answer = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, system=system, messages=messages)
+    assert answer.content[0].text == upstream.reply
+    body = upstream.last("/v1/messages").body
+    got = upstream.last("/v1/messages").headers
+    assert "key-a" in (got.get("x-api-key") or got["authorization"])  # as the SDK sent it (versions differ)
+    blocks = [b for m in body["messages"] for b in m["content"]]
+    assert any(b["type"] == "image" for b in blocks), "old turns went as page images"
+    uses = set()
+    for m in body["messages"]:  # every tool_result right after its tool_use
+        for b in m["content"]:
+            if b["type"] == "tool_use":
+                uses.add(b["id"])
+            if b["type"] == "tool_result":
+                assert b["tool_use_id"] in uses
+    roles = [m["role"] for m in body["messages"]]
+    assert roles[0] == "user" and all(x != y for x, y in zip(roles, roles[1:]))
+    marks = [b for b in [*body["system"], *blocks] if "cache_control" in b]
+    assert 1 <= len(marks) <= MAX_BREAKPOINTS
+    assert any(b["type"] == "image" and "cache_control" in b for b in blocks)  # the end of the pages
+    fresh, ctx = _fresh(ANTHROPIC, {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": system,
+                                    "messages": messages})
+    assert body == fresh and ctx.vision.name == "anthropic" and ctx.tokens <= BUDGET
+
+
+def test_anthropic_stream_is_relayed(proxy, upstream, sample):
+    system, messages = to_anthropic_messages(sample[:40])
+    with _anthropic(proxy).messages.stream(model="claude-haiku-4-5", max_tokens=50, system=system,
+                                           messages=messages) as stream:
+        text = "".join(stream.text_stream)
+    assert text == upstream.reply
+
+
+def test_count_tokens_answers_for_the_fitted_request_and_stores_nothing(proxy, upstream, sample):
+    system, messages = to_anthropic_messages(sample[:90])
+    count = _anthropic(proxy).messages.count_tokens(model="claude-sonnet-4-5", system=system, messages=messages)
+    arrived = upstream.last("/v1/messages/count_tokens")
+    assert count.input_tokens == len(arrived.raw) // 4
+    assert any(b["type"] == "image" for m in arrived.body["messages"] for b in m["content"])
+    assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+
+
+def test_upstream_errors_keep_their_status_and_retry_after(proxy, upstream, sample):
+    upstream.fail = (429, {"retry-after": "7"})
+    with pytest.raises(openai.RateLimitError) as err:
+        _openai(proxy).chat.completions.create(model="gpt-4o", messages=sample[:5])
+    assert err.value.response.headers["retry-after"] == "7"
+    upstream.fail = (529, {})
+    with pytest.raises(anthropic.APIStatusError) as err2:
+        _anthropic(proxy).messages.create(model="claude-x", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert err2.value.status_code == 529
+
+
+def test_a_stream_that_breaks_upstream_ends_with_an_error_event(proxy, upstream, sample):
+    upstream.break_stream = True
+    with pytest.raises(openai.APIError, match="broke off"):
+        for _ in _openai(proxy).chat.completions.create(model="gpt-4o", messages=sample[:5], stream=True):
+            pass
+    upstream.break_stream = True
+    with pytest.raises(anthropic.APIError, match="broke off"), _anthropic(proxy).messages.stream(
+            model="claude-x", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as s:
+        for _ in s.text_stream:
+            pass
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_api_shape(tmp_path):
+    p = Proxy(ServeConfig(upstream="http://127.0.0.1:9/v1", budget=BUDGET))  # port 9: nothing listens
+    try:
+        with pytest.raises(openai.APIStatusError) as err:
+            _openai(p).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        assert err.value.status_code == 502 and "unreachable" in str(err.value)
+        with httpx.Client(base_url=p.url) as http:  # no Anthropic upstream configured: said so
+            r = http.post("/v1/messages", json={"model": "claude-x", "max_tokens": 5,
+                                                "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 404 and "--anthropic-upstream" in r.json()["error"]["message"]
+    finally:
+        p.stop()
+
+
+@pytest.mark.parametrize("raw, where", [
+    (b"{not json", "not JSON"),
+    (b'{"model": "gpt-4o"}', "messages"),
+    (b'{"model": "gpt-4o", "messages": [{"role": "wizard", "content": "x"}]}', "messages[0]"),
+    (b'{"model": "gpt-4o", "messages": [{"role": "tool", "content": "x"}]}', "tool_call_id"),
+    (b'[1, 2]', "JSON object"),
+])
+def test_malformed_requests_get_400_in_the_api_shape_and_store_nothing(proxy, upstream, raw, where):
+    with httpx.Client(base_url=proxy.url) as http:
+        r = http.post("/v1/chat/completions", content=raw, headers={"authorization": "Bearer key-a"})
+        ra = http.post("/v1/messages", content=raw.replace(b"wizard", b"system"), headers={"x-api-key": "key-a"})
+    assert r.status_code == 400 and where in r.json()["error"]["message"]
+    assert ra.status_code == 400 and ra.json()["type"] == "error"
+    assert not upstream.arrivals
+    assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+
+
+def test_oversized_bodies_unknown_paths_and_models(proxy, upstream):
+    with httpx.Client(base_url=proxy.url) as http:
+        big = http.post("/v1/chat/completions", content=b"x" * (33 * 2**20))
+        assert big.status_code == 413
+        missing = http.get("/v1/embeddings")
+        assert missing.status_code == 404 and "no route GET /v1/embeddings" in missing.json()["error"]["message"]
+        assert http.post("/v2/anything").status_code == 404
+    models = _openai(proxy).models.list()
+    assert [m.id for m in models.data] == ["up-model"]
+
+
+def test_a_non_loopback_host_needs_allow_remote_and_then_the_proxy_key(upstream):
+    with pytest.raises(ConfigError, match="allow-remote"):
+        ServeConfig.make(upstream=upstream.openai_url, host="0.0.0.0")
+    p = Proxy(ServeConfig(upstream=upstream.openai_url, proxy_key="k" * 24))
+    try:
+        with pytest.raises(openai.AuthenticationError, match="proxy"):
+            _openai(p).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        ok = _openai(p, default_headers={"X-Optictx-Key": "k" * 24})
+        assert ok.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}]).choices
+        assert "x-optictx-key" not in upstream.last("/v1/chat/completions").headers  # never forwarded
+        with httpx.Client(base_url=p.url) as http:
+            assert http.get("/optictx/").status_code == 401
+            assert http.get("/optictx/", headers={"x-optictx-key": "k" * 24}).status_code == 200
+    finally:
+        p.stop()
+
+
+def test_a_stored_conversation_continues_after_a_restart_without_rendering_again(upstream, tmp_path, sample,
+                                                                                    monkeypatch):
+    config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s")
+    p = Proxy(config)
+    try:
+        r1 = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:80])
+        first = p.proxy.conversations.find(_tenant("key-a"), r1.headers["x-optictx-conversation"])
+        stored_upto = max(tid for page in first.memory.pages if page.sealed for tid in page.turn_ids)
+    finally:
+        p.stop()
+    files = sorted((tmp_path / "s").iterdir())
+    assert files and all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files if f.is_file())
+    from optictx.renderers import Layout
+
+    calls = []
+    real = Layout.lines
+    monkeypatch.setattr(Layout, "lines", lambda self, block: calls.append(block) or real(self, block))
+    p = Proxy(config)
+    try:
+        history = [*sample[:80], *sample[80:84]]
+        r2 = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=history)
+        assert r2.headers["x-optictx-conversation"] == r1.headers["x-optictx-conversation"]
+        # Pages came back from the file: only the turns after the last stored page are laid out.
+        assert calls and len(calls) <= 4 * (len(history) - stored_upto) < 2 * len(history)
+        assert upstream.last("/v1/chat/completions").body == _fresh(OPENAI, {"model": "deepseek-ocr",
+                                                                               "messages": history})[0]
+    finally:
+        p.stop()
+
+
+def test_vision_auto_prices_by_the_model_name(proxy, upstream, sample):
+    from optictx.serve.vision import vision_for
+
+    assert vision_for("claude-opus-4", "openai", "auto") == "anthropic"
+    assert vision_for("gpt-4.1-mini-2025", "openai", "auto") == "openai:gpt-4.1-mini"
+    assert vision_for("deepseek-ai/DeepSeek-OCR", "openai", "auto") == "deepseek-ocr"
+    assert vision_for("my-local-llm", "openai", "auto") == "openai:gpt-4o"
+    assert vision_for("my-local-llm", "anthropic", "auto") == "anthropic"
+    assert vision_for("claude-x", "anthropic", "gemini") == "gemini"
+    assert all(v in COST_MODELS for _, v in __import__("optictx.serve.vision", fromlist=["RULES"]).RULES)
+    r = _openai(proxy).chat.completions.with_raw_response.create(model="claude-3-haiku", messages=sample[:3])
+    assert r.headers["x-optictx-vision"] == "anthropic"
