@@ -1,11 +1,12 @@
 # Two commands for a new user: `make demo` and `make test`. Both create .venv and install what
-# they need; `make test` also installs Tesseract (Debian tesseract-ocr) when running as root.
+# they need; `make test` also installs Tesseract (Debian tesseract-ocr) and Chromium (Debian
+# chromium, for the dashboard's browser test) when running as root.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint bench tesseract clean
+.PHONY: demo test test-long lint bench tesseract chromium clean
 
 # torch: a torch the base Python already has is reused (the venv then sees system packages);
 # otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/optictx demo --out out/demo
 
-test: $(STAMP) tesseract
+test: $(STAMP) tesseract chromium
 	$(PY) -m pytest -q -m "not slow"
 
 # The long variants: 100 SIGKILLs, 8 threads and 4 processes x 1,000 adds, 10 MB turns (~5 min).
@@ -42,6 +43,13 @@ tesseract:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null; \
 	  else echo "tesseract not found: legibility tests will skip (sudo apt-get install tesseract-ocr)"; fi; }
+
+# The dashboard's browser test drives Debian's chromium (Playwright downloads no browser here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium not found: the dashboard browser test will skip (sudo apt-get install chromium)"; fi; }
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -367,3 +367,44 @@ def test_vision_auto_prices_by_the_model_name(proxy, upstream, sample):
     assert all(v in COST_MODELS for _, v in __import__("optictx.serve.vision", fromlist=["RULES"]).RULES)
     r = _openai(proxy).chat.completions.with_raw_response.create(model="claude-3-haiku", messages=sample[:3])
     assert r.headers["x-optictx-vision"] == "anthropic"
+
+
+@pytest.mark.slow
+def test_eight_clients_fifty_requests_each_no_error_no_cross_talk_budgets_held(proxy, upstream, sample):
+    """8 concurrent clients x 50 requests: four on conversations of their own (two keys), four on
+    two shared ones; each request a chat step. Every upstream body is the right tenant's history
+    fitted within its budget."""
+    import threading
+
+    errors: list[BaseException] = []
+    marks = {}
+
+    def client(n: int) -> None:
+        key = f"key-{n % 2}"
+        shared = n >= 4
+        tag = f"CONV-{n % 2 if shared else n}-{key}"
+        marks[n] = tag
+        c = _openai(proxy, key, default_headers={"X-Optictx-Budget": "2000"})
+        history = [{"role": "system", "content": f"conversation {tag}"}]
+        try:
+            for step in range(50):
+                history = [*history, sample[1 + (step * 3) % 200], {"role": "user", "content": f"{tag} step {step}"}]
+                # A shared conversation: both clients send the same history, so one memory grows.
+                r = c.chat.completions.with_raw_response.create(model="deepseek-ocr", messages=history)
+                sent, _ = map(int, r.headers["x-optictx-tokens"].split("/"))
+                assert sent <= 2000
+        except BaseException as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[:3]
+    assert len(upstream.arrivals) == 400
+    for a in upstream.arrivals:
+        key = a.headers["authorization"].removeprefix("Bearer ")
+        text = json.dumps(a.body["messages"])
+        tags = {tag for tag in marks.values() if tag in text}
+        assert len(tags) == 1 and tags.pop().endswith(key), "a request carried another conversation's turns"
