@@ -24,10 +24,11 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 @pytest.fixture()
 def served(tmp_path):
     import openai
-    from serve_peers import Proxy, start_upstream, stop_upstream
 
     from optictx.sample import sample_conversation
     from optictx.serve import ServeConfig
+
+    from serve_peers import Proxy, start_upstream, stop_upstream
 
     state, server = start_upstream()
     proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=2500, keep_recent=4))
