@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	if $(PYTHON) -c "import torch" 2>/dev/null; then $(PYTHON) -m venv --system-site-packages $(VENV); \
 	else $(PYTHON) -m venv $(VENV); fi
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,eval,models,serve]"
+	$(PY) -m pip install -q -e ".[dev,eval,models,serve,langchain,llamaindex]"
 	@touch $@
 
 demo: $(STAMP)

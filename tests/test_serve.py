@@ -408,3 +408,18 @@ def test_eight_clients_fifty_requests_each_no_error_no_cross_talk_budgets_held(p
         text = json.dumps(a.body["messages"])
         tags = {tag for tag in marks.values() if tag in text}
         assert len(tags) == 1 and tags.pop().endswith(key), "a request carried another conversation's turns"
+
+
+def test_the_chat_app_example_runs_through_the_proxy(proxy, upstream):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "chat_app.py"
+    env = {**os.environ, "OPTICTX_PROXY": proxy.url + "/v1", "OPENAI_API_KEY": "key-c", "OPTICTX_MODEL": "gpt-4o"}
+    done = subprocess.run([sys.executable, str(example)], input="what happened first?\nand then?\n\n", env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(upstream.reply) == 2 and "sent " in done.stdout
+    bodies = [a.body for a in upstream.arrivals]
+    assert len(bodies) == 2 and _images_openai(bodies[1]["messages"])
