@@ -38,7 +38,7 @@ class OpenAIChat:
         def original(turn: Turn) -> dict[str, Any]:
             return parsed.originals[turn.id]  # type: ignore[index]
 
-        return json.dumps({**parsed.body, "messages": to_openai(ctx, original)}, ensure_ascii=False).encode()
+        return json.dumps({**parsed.body, "messages": to_openai(ctx, original)}).encode()  # ASCII: encodes faster
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}
