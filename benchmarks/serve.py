@@ -7,7 +7,8 @@
    sessions request by request (each request is the history up to an assistant turn), per cost
    model, with the share of each request's tokens inside the prefix it shares with the one
    before (what a provider's prompt cache can serve);
-3. rps: requests per second, 8 concurrent clients on follow-ups of their own conversations.
+3. legibility: Tesseract's character accuracy on the image pages each session's last request sends;
+4. rps: requests per second, 8 concurrent clients on follow-ups of their own conversations.
 
     python benchmarks/serve.py                       # all three (about 5 minutes on 2 cores)
     python benchmarks/serve.py --part tokens --corpus ../shared/corpora/swe-agent-ctf
@@ -21,6 +22,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -157,6 +159,34 @@ def tokens(corpus: str | None, budgets: list[int]) -> None:
         print(f"| {group} | {vision} | {budget} | {o:,} | {s:,} | {100 * (1 - s / o):.1f}% | {100 * c / s:.1f}% |")
 
 
+def legibility(corpus: str | None, budget: int = 4096, vision: str = "anthropic") -> None:
+    """Tesseract on the image pages each session's last request sends (the pages a reader gets)."""
+    from optictx import Memory
+    from optictx.readers import TesseractReader, char_accuracy
+
+    reader = TesseractReader()
+    by_tier: dict[str, list[float]] = {}
+    print(f"## what the pages say: Tesseract on the image pages of each session's last request ({vision}, "
+          f"budget {budget})")
+    print("| session | image pages (tier: n) | character accuracy |")
+    print("|---|---|---:|")
+    for name, messages in _sessions(corpus).items():
+        last = max(k for k, m in enumerate(messages) if m["role"] == "assistant")
+        mem = Memory(keep_recent=4, budget=budget)
+        for m in messages[:last]:
+            mem.add(m)
+        pages = [p for p in mem.context(vision=vision).pages if p.tier.is_image]
+        accs = [char_accuracy(p.text, reader.read(p.image, p.boxes)) for p in pages]
+        for p, a in zip(pages, accs):
+            by_tier.setdefault(p.tier.value, []).append(a)
+        tiers = ", ".join(f"{t}: {n}" for t, n in sorted(Counter(p.tier.value for p in pages).items()))
+        print(f"| {name} | {tiers or 'none'} | {100 * statistics.mean(accs):.1f}% |" if accs else
+              f"| {name} | none | - |")
+    print("\n| tier | pages | mean character accuracy |\n|---|---:|---:|")
+    for tier, accs in sorted(by_tier.items()):
+        print(f"| {tier} | {len(accs)} | {100 * statistics.mean(accs):.1f}% |")
+
+
 def rps(clients: int = 8, seconds: float = 20.0, budget: int = 8192) -> None:
     state, server = start_upstream()
     proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=budget, keep_recent=4))
@@ -199,7 +229,7 @@ def rps(clients: int = 8, seconds: float = 20.0, budget: int = 8192) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["latency", "tokens", "rps", "all"], default="all")
+    ap.add_argument("--part", choices=["latency", "tokens", "legibility", "rps", "all"], default="all")
     ap.add_argument("--corpus", help="a folder of OpenAI-style JSONL sessions to replay beside the sample")
     ap.add_argument("--budgets", type=int, nargs="+", default=[4096, 16384])
     args = ap.parse_args()
@@ -207,6 +237,8 @@ def main() -> None:
         latency()
     if args.part in ("tokens", "all"):
         tokens(args.corpus, args.budgets)
+    if args.part in ("legibility", "all"):
+        legibility(args.corpus)
     if args.part in ("rps", "all"):
         rps()
 

@@ -40,6 +40,7 @@ class Upstream:
     arrivals: list[Arrival] = field(default_factory=list)
     fail: tuple[int, dict[str, str]] | None = None
     break_stream: bool = False
+    delay: float = 0.0  # seconds before each answer
     reply: str = "Hello from upstream, streamed in pieces."
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -119,6 +120,7 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+            time.sleep(state.delay)
             with state.lock:
                 state.arrivals.append(Arrival(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
                 fail, state.fail = state.fail, None

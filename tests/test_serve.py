@@ -423,3 +423,47 @@ def test_the_chat_app_example_runs_through_the_proxy(proxy, upstream):
     assert done.stdout.count(upstream.reply) == 2 and "sent " in done.stdout
     bodies = [a.body for a in upstream.arrivals]
     assert len(bodies) == 2 and _images_openai(bodies[1]["messages"])
+
+
+def test_client_images_in_recent_turns_pass_through_as_sent(proxy, upstream, sample):
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), "blue").save(buf, format="PNG")
+    data = base64.b64encode(buf.getvalue()).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}", "detail": "low"}}
+    ask = {"role": "user", "content": [{"type": "text", "text": "what is in this picture?"}, image]}
+    _openai(proxy).chat.completions.create(model="gpt-4o", messages=[*sample[:80], ask])
+    assert upstream.last("/v1/chat/completions").body["messages"][-1] == ask
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    system, messages = to_anthropic_messages(sample[:80])
+    messages[-1]["content"] = [*messages[-1]["content"], block] if messages[-1]["role"] == "user" else \
+        messages[-1]["content"]
+    if messages[-1]["role"] != "user":
+        messages.append({"role": "user", "content": [block]})
+    _anthropic(proxy).messages.create(model="claude-x", max_tokens=5, system=system, messages=messages)
+    sent = upstream.last("/v1/messages").body["messages"][-1]["content"]
+    assert {k: v for k, v in sent[-1].items() if k != "cache_control"} == block
+
+
+def test_a_request_that_cannot_fit_goes_as_it_came_and_says_so(proxy, upstream):
+    raw = json.dumps({"model": "gpt-4o", "messages": [{"role": "system", "content": "rule " * 5000},
+                                                       {"role": "user", "content": "hi"}]}).encode()
+    with httpx.Client(base_url=proxy.url) as http:
+        r = http.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.headers["x-optictx-fallback"] == "budget"
+    assert upstream.last("/v1/chat/completions").raw == raw  # never worse than no proxy
+
+
+def test_a_slow_upstream_is_a_504_after_the_timeout(upstream):
+    upstream.delay = 2.0
+    p = Proxy(ServeConfig(upstream=upstream.openai_url, upstream_timeout=0.3))
+    try:
+        with pytest.raises(openai.APIStatusError) as err:
+            _openai(p).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        assert err.value.status_code == 504 and "in time" in str(err.value)
+    finally:
+        p.stop()
