@@ -157,7 +157,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, tok = tiny_unlimited_ocr(vocab_size=VOCAB)
-    mem = Memory(vision="unlimited-ocr", keep_recent=0)
+    mem = Memory(vision="unlimited-ocr", keep_recent=0, verbatim=False)  # a page to encode
     for m in sample_conversation()[:20]:
         mem.add(m)
     result = {"encode_ms": encode_times(model, mem.context().pages[0]), **decode_speed(model, tok),

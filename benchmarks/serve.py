@@ -109,7 +109,7 @@ def replay(messages: list[dict], vision: str, budget: int) -> dict[str, float]:
     """Every request of a session through the proxy's own fitting, in process."""
     fitter = Fitter(ServeConfig(upstream="http://127.0.0.1:9/v1", budget=budget, keep_recent=4, vision=vision))
     cost, count = get_cost_model(vision), get_tokenizer().count
-    original = sent = shared = 0
+    original = sent = shared = worse = 0
     previous: list[tuple[str, int]] = []
     requests = 0
     try:
@@ -122,6 +122,7 @@ def replay(messages: list[dict], vision: str, budget: int) -> dict[str, float]:
             fitted = fitter.fit(OPENAI, parsed, {"authorization": "Bearer bench"})
             original += fitted.sent.original
             sent += fitted.sent.sent
+            worse += fitted.sent.sent > fitted.sent.original
             ctx = fitted.context
             pieces = [(p.key, _piece_tokens(p, cost, count)) for p in ctx.pieces] if ctx else []
             run = next((i for i, (a, b) in enumerate(zip(pieces, previous)) if a[0] != b[0]),
@@ -131,7 +132,7 @@ def replay(messages: list[dict], vision: str, budget: int) -> dict[str, float]:
             requests += 1
     finally:
         fitter.close()
-    return {"requests": requests, "original": original, "sent": sent,
+    return {"requests": requests, "original": original, "sent": sent, "worse": worse,
             "saved": 1 - sent / original if original else 0.0, "cache": shared / sent if sent else 0.0}
 
 
@@ -142,17 +143,20 @@ def tokens(corpus: str | None, budgets: list[int]) -> None:
           "| in the prefix shared with the request before |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     totals: dict[tuple[str, str, int], list[float]] = {}
+    requests = worse = 0
     for name, messages in sessions.items():
         group = "the shipped sample" if name == SAMPLE else f"{len(sessions) - 1} sessions of --corpus"
         for vision in ("openai:gpt-4o", "anthropic", "deepseek-ocr"):
             for budget in budgets:
                 r = replay(messages, vision, budget)
+                requests, worse = requests + r["requests"], worse + r["worse"]
                 t = totals.setdefault((group, vision, budget), [0, 0, 0.0])
                 t[0] += r["original"]
                 t[1] += r["sent"]
                 t[2] += r["cache"] * r["sent"]
                 print(f"| {name} | {len(messages)} | {vision} | {budget} | {r['requests']} | {r['original']:,} | "
                       f"{r['sent']:,} | {100 * r['saved']:.1f}% | {100 * r['cache']:.1f}% |")
+    print(f"\nrequests that cost more than their messages as they came: {worse} of {requests}")
     print("\n| sessions | cost model | budget | as they came | sent | saved | in a shared prefix |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for (group, vision, budget), (o, s, c) in sorted(totals.items()):

@@ -467,3 +467,11 @@ def test_a_slow_upstream_is_a_504_after_the_timeout(upstream):
         assert err.value.status_code == 504 and "in time" in str(err.value)
     finally:
         p.stop()
+
+
+def test_a_turn_over_the_limits_is_a_400_and_leaves_no_conversation(proxy, upstream):
+    huge = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 16_000_001}]}
+    with httpx.Client(base_url=proxy.url, timeout=60) as http:
+        r = http.post("/v1/chat/completions", json=huge, headers={"authorization": "Bearer key-a"})
+    assert r.status_code == 400 and "max_turn_chars" in r.json()["error"]["message"]
+    assert not upstream.arrivals and proxy.proxy.ledger.conversations(_tenant("key-a")) == []

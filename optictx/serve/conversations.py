@@ -56,6 +56,7 @@ class Conversation:
     lock: threading.Lock = field(default_factory=threading.Lock)
     last: object = None  # the latest context sent (for the dashboard's contact sheet)
     closed: bool = False
+    name: str | None = None
 
 
 class Conversations:
@@ -86,10 +87,12 @@ class Conversations:
         return conv
 
     def _new(self, tenant: str, name: str | None) -> Conversation:
+        """A new conversation, locked, open but not in the ledger until its first turns are in
+        (`_grow`). The caller holds self._lock."""
         conversation = secrets.token_hex(8)
-        path = self._path(conversation)
-        self.ledger.new_conversation(conversation, tenant, name)
-        conv = self._open[conversation] = Conversation(conversation, tenant, self._make(path))
+        conv = Conversation(conversation, tenant, self._make(self._path(conversation)), name=name)
+        conv.lock.acquire()
+        self._open[conversation] = conv
         self._close_idle()
         return conv
 
@@ -114,38 +117,46 @@ class Conversations:
             with self._lock:
                 hit = self.ledger.longest(digests)
                 conv = self._get(hit[0]) if hit else None
-            if conv is None:
-                with self._lock:
-                    conv = self._new(tenant, name)
+            if conv is not None and hit is not None:
                 conv.lock.acquire()
-                self._grow(conv, turns, digests, 0)
-                return conv
-            conv.lock.acquire()
-            if conv.closed:  # closed while we waited for it
-                conv.lock.release()
-                continue
-            held = len(conv.memory)
-            if held == hit[1]:  # type: ignore[index]
-                self._grow(conv, turns, digests, held)
-                return conv
-            conv.lock.release()  # it went on another way (a branch): a fork holds this history
-            log.info("conversation %s forks at turn %d", conv.id, hit[1])  # type: ignore[index]
+                if conv.closed:  # closed while we waited for it
+                    conv.lock.release()
+                    continue
+                if len(conv.memory) == hit[1]:
+                    self._grow(conv, turns, digests, hit[1])
+                    return conv
+                conv.lock.release()  # it went on another way (a branch): a fork holds this history
+                log.info("conversation %s forks at turn %d", conv.id, hit[1])
             with self._lock:
-                fork = self._new(tenant, name)
-            fork.lock.acquire()
-            self._grow(fork, turns, digests, 0)
-            return fork
+                conv = self._new(tenant, name)
+            self._grow(conv, turns, digests, 0)
+            return conv
 
     def _grow(self, conv: Conversation, turns: Sequence[Turn], digests: list[bytes], held: int) -> None:
+        """Add turns[held:]; a new conversation enters the ledger only once they are all in, so a
+        request refused on the way (a turn over the limits) leaves nothing behind."""
         try:
             if held < len(turns):
                 with conv.memory.batch():
                     for t in turns[held:]:
                         conv.memory.add(t)
-                self.ledger.extend(conv.id, digests, held)
+            if held == 0:
+                self.ledger.new_conversation(conv.id, conv.tenant, conv.name)
+            self.ledger.extend(conv.id, digests, held)
         except BaseException:
+            if held == 0:
+                self._discard(conv)
             conv.lock.release()
             raise
+
+    def _discard(self, conv: Conversation) -> None:
+        with self._lock:
+            self._open.pop(conv.id, None)
+        conv.memory.close()
+        conv.closed = True
+        path = self._path(conv.id)
+        for f in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))) if path else ():
+            f.unlink(missing_ok=True)
 
     def find(self, tenant: str, conversation: str) -> Conversation | None:
         """The tenant's open conversation `conversation`, or None (another tenant's is None too)."""
