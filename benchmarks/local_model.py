@@ -60,6 +60,7 @@ class Setup:
     ladder: AgeLadder | None = None  # the default ladder
     sticky: bool = False
     vision: str = "unlimited-ocr"  # or "deepseek-ocr-2": its tiny model, full attention
+    verbatim: bool = True  # the default: the session goes as text while it fits
 
 
 SETUPS = [
@@ -67,7 +68,8 @@ SETUPS = [
     Setup("hold=1 (the default before)", 8192, AgeLadder(hold=1)),
     Setup("hold=4", 8192, AgeLadder(hold=4)),
     # What a seal costs by itself: no page ever changes tier, so every break is a new page.
-    Setup("no fading (floor)", 65536, AgeLadder(steps=(), rest=Tier.LARGE)),
+    # (Pages even while the session fits as text: what the pages cost is the point.)
+    Setup("no fading (floor)", 65536, AgeLadder(steps=(), rest=Tier.LARGE), verbatim=False),
     Setup("default", 2000),
     Setup("sticky_tiers", 2000, sticky=True),
     Setup("DeepSeek-OCR 2, default", 8192, vision="deepseek-ocr-2"),
@@ -80,7 +82,7 @@ def session(turns: int, setup: Setup) -> dict:
     reuse = OpticalModel(model, tok, window=16)
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
     mem = Memory(vision=setup.vision, budget=Budget(tokens=setup.budget), keep_recent=2, tokenizer=tok,
-                 ladder=setup.ladder or AgeLadder(), sticky_tiers=setup.sticky)
+                 ladder=setup.ladder or AgeLadder(), sticky_tiers=setup.sticky, verbatim=setup.verbatim)
     msgs = sample_conversation(tasks=12)[:turns]
     question = len(tok(f"USER: {QUESTION}\nASSISTANT:", add_special_tokens=False).input_ids)  # as build_inputs ends
     rows, checks = [], []
@@ -99,7 +101,7 @@ def session(turns: int, setup: Setup) -> dict:
         rows.append({"turn": turn.id - 1, "prompt": total, "prefilled": done,
                      "page_tokens": statistics.mean(imaged) if imaged else 0,
                      "newest_page_tokens": sealed[-1] if sealed else 0, "gone_pages": len(ctx.gone),
-                     "imaged_pages": len(imaged)})
+                     "imaged_pages": len(imaged), "verbatim": ctx.verbatim})
     new_text = [turn_tokens(t, mem.tokenizer) for t in mem.transcript()]  # text and tool calls
     # "New tokens" of a call: every turn added since the previous call (the agent's turns between questions).
     calls = [r["turn"] for r in rows]
@@ -120,6 +122,7 @@ def session(turns: int, setup: Setup) -> dict:
         "per_turn": {"prefilled": round(sum(r["prefilled"] for r in later) / turns_in),
                      "new": round(sum(new_per_call[1:]) / turns_in)},
         "calls_with_dropped_pages": sum(r["gone_pages"] > 0 for r in later),
+        "verbatim_calls": sum(r["verbatim"] for r in rows),
         "reused_share": round(1 - mean("prefilled") / mean("prompt"), 3),
         # A hit: the call reused the previous call's KV for more than the first piece (the BOS).
         "prefix_hit_rate": round(sum(r["prefilled"] < r["prompt"] - 1 for r in later) / len(later), 3),
@@ -127,7 +130,8 @@ def session(turns: int, setup: Setup) -> dict:
         "append_only_calls": sum(r["prompt"] - r["prefilled"] == p["prompt"] - question
                                  for p, r in zip(rows, later)),
         "same_answer_without_reuse": f"{sum(checks)}/{len(checks)}",
-        "encodes": {"pages_x_tiers": len(reuse.visual.encodes), "max_per_page_tier": max(reuse.visual.encodes.values()),
+        "encodes": {"pages_x_tiers": len(reuse.visual.encodes),
+                    "max_per_page_tier": max(reuse.visual.encodes.values(), default=0),
                     "total": sum(reuse.visual.encodes.values()),
                     "without_caches": sum(r["imaged_pages"] for r in rows)},  # every imaged page, every call
         "tiers_seen": sorted({t.value for _, t in reuse.visual.encodes}),
@@ -177,7 +181,7 @@ def main() -> None:
               f"{s['target_new_plus_page']}, the newest {s['newest_page_tokens_mean']} = "
               f"{s['target_new_plus_newest_page']}); per new turn {s['per_turn']['prefilled']} "
               f"(new {s['per_turn']['new']}); pages dropped in {s['calls_with_dropped_pages']} calls; "
-              f"same answer without reuse {s['same_answer_without_reuse']}")
+              f"same answer without reuse {s['same_answer_without_reuse']}; {s['verbatim_calls']} calls verbatim")
         e = s["encodes"]
         print(f"  page encodes: {e['total']} with the caches ({e['pages_x_tiers']} (page, tier) pairs, at most "
               f"{e['max_per_page_tier']} each), {e['without_caches']} without; tiers {s['tiers_seen']}")

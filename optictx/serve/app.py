@@ -9,7 +9,6 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -21,9 +20,9 @@ from ..errors import OptictxError
 from .anthropic_api import ANTHROPIC
 from .config import ServeConfig, is_loopback
 from .dashboard import routes as dashboard_routes
-from .dialect import ApiError, Dialect
+from .dialect import ApiError, Dialect, Parsed
 from .openai_api import OPENAI
-from .proxy import Proxy
+from .proxy import Fitted, Proxy
 from .relay import Upstream
 
 log = logging.getLogger("optictx.serve")
@@ -56,98 +55,110 @@ def allowed(request: Request, config: ServeConfig) -> bool:
     return request.client is not None and is_loopback(request.client.host)
 
 
-def create_app(config: ServeConfig) -> Starlette:
-    proxy = Proxy(config)
-    upstreams = {name: Upstream(url, config.upstream_timeout)
-                 for name, url in (("openai", config.upstream), ("anthropic", config.anthropic_upstream)) if url}
+_LOCKED = "this proxy takes requests with its key only (X-Optictx-Key)"
 
-    def upstream_for(dialect: Dialect) -> Upstream:
-        if dialect.name not in upstreams:
+
+class Server:
+    """The routes, one method each, over one Proxy and its upstreams."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config, self.proxy = config, Proxy(config)
+        self.upstreams = {name: Upstream(url, config.upstream_timeout) for name, url in
+                          (("openai", config.upstream), ("anthropic", config.anthropic_upstream)) if url}
+
+    def upstream(self, dialect: Dialect) -> Upstream:
+        if dialect.name not in self.upstreams:
             flag = "--upstream" if dialect.name == "openai" else "--anthropic-upstream"
             raise ApiError(f"this proxy has no {dialect.name} upstream: start it with {flag} URL", status=404,
                            kind="not_found_error")
-        return upstreams[dialect.name]
+        return self.upstreams[dialect.name]
 
-    async def prepare(request: Request, dialect: Dialect, keep: bool) -> tuple[Any, Any]:
-        if not allowed(request, config):
-            raise ApiError("this proxy takes requests with its key only (X-Optictx-Key)", status=401,
-                           kind="authentication_error")
-        raw = await _body(request, config.max_body_bytes)
+    async def prepare(self, request: Request, dialect: Dialect, keep: bool) -> tuple[Parsed, Fitted]:
+        """The request checked, parsed and fitted (ApiError, in the API's shape, otherwise)."""
+        if not allowed(request, self.config):
+            raise ApiError(_LOCKED, status=401, kind="authentication_error")
+        raw = await _body(request, self.config.max_body_bytes)
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise ApiError(f"the request body is not JSON ({str(exc)[:120]})") from exc
         parsed = dialect.parse(body, raw)
         try:
-            fitted = await run_in_threadpool(proxy.fit, dialect, parsed, request.headers, keep=keep)
+            return parsed, await run_in_threadpool(self.proxy.fit, dialect, parsed, request.headers, keep=keep)
         except ApiError:
             raise
         except OptictxError as exc:  # a turn over the limits, a damaged store: said, never a crash
-            raise ApiError(f"optictx: {exc}", status=400 if isinstance(exc, ValueError) else 500,
-                           kind="invalid_request_error" if isinstance(exc, ValueError) else "api_error") from exc
-        return parsed, fitted
+            bad = isinstance(exc, ValueError)
+            raise ApiError(f"optictx: {exc}", status=400 if bad else 500,
+                           kind="invalid_request_error" if bad else "api_error") from exc
 
-    async def complete(request: Request, dialect: Dialect, path: str) -> Response:
+    async def complete(self, request: Request, dialect: Dialect, path: str) -> Response:
         try:
-            parsed, fitted = await prepare(request, dialect, keep=True)
+            parsed, fitted = await self.prepare(request, dialect, keep=True)
             sent = fitted.sent
             extra = {"x-optictx-conversation": sent.conversation, "x-optictx-vision": sent.vision,
                      "x-optictx-tokens": f"{sent.sent}/{sent.original}"}
             if fitted.fallback:
                 extra["x-optictx-fallback"] = fitted.fallback
-            upstream = upstream_for(dialect)
+            upstream = self.upstream(dialect)
             response = await upstream.post(path, fitted.body, request.headers, parsed.stream, dialect, extra)
         except ApiError as exc:
             return _error(dialect, exc)
-        await run_in_threadpool(proxy.ledger.record, replace(sent, status=response.status_code))
+        await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=response.status_code))
         return response
 
-    async def chat(request: Request) -> Response:
-        return await complete(request, OPENAI, "/chat/completions")
+    async def chat(self, request: Request) -> Response:
+        return await self.complete(request, OPENAI, "/chat/completions")
 
-    async def messages(request: Request) -> Response:
-        return await complete(request, ANTHROPIC, "/v1/messages")
+    async def messages(self, request: Request) -> Response:
+        return await self.complete(request, ANTHROPIC, "/v1/messages")
 
-    async def count_tokens(request: Request) -> Response:
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's count of the fitted request (nothing is stored: a throwaway memory)."""
         try:
-            _, fitted = await prepare(request, ANTHROPIC, keep=False)
-            return await upstream_for(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
-                                                      False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
+            _, fitted = await self.prepare(request, ANTHROPIC, keep=False)
+            return await self.upstream(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
+                                                       False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
         except ApiError as exc:
             return _error(ANTHROPIC, exc)
 
-    async def models(request: Request) -> Response:
-        anthropic = "anthropic" in upstreams and ("anthropic-version" in request.headers or "openai" not in upstreams)
+    async def models(self, request: Request) -> Response:
+        """Passed through: to the Anthropic upstream for an Anthropic client (or the only one)."""
+        ups = self.upstreams
+        anthropic = "anthropic" in ups and ("anthropic-version" in request.headers or "openai" not in ups)
         dialect = ANTHROPIC if anthropic else OPENAI
-        if not allowed(request, config):
-            return _error(dialect, ApiError("this proxy takes requests with its key only (X-Optictx-Key)", status=401,
-                                            kind="authentication_error"))
         try:
-            return await upstream_for(dialect).get("/v1/models" if anthropic else "/models", request.headers)
+            if not allowed(request, self.config):
+                raise ApiError(_LOCKED, status=401, kind="authentication_error")
+            return await self.upstream(dialect).get("/v1/models" if anthropic else "/models", request.headers)
         except ApiError as exc:
             return _error(dialect, exc)
 
-    async def not_found(request: Request, exc: Exception) -> Response:
+    async def not_found(self, request: Request, exc: Exception) -> Response:
         message = f"optictx serve has no route {request.method} {request.url.path}; it serves {ROUTES}"
         return JSONResponse({"error": {"message": message, "type": "not_found_error", "param": None, "code": None}},
                             404)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            for upstream in upstreams.values():
+            for upstream in self.upstreams.values():
                 await upstream.close()
-            await run_in_threadpool(proxy.close)
+            await run_in_threadpool(self.proxy.close)
 
-    routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
-              Route("/v1/messages", messages, methods=["POST"]),
-              Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]),
-              *dashboard_routes(proxy, lambda request: allowed(request, config))]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
-    app.state.proxy = proxy
+
+def create_app(config: ServeConfig) -> Starlette:
+    server = Server(config)
+    routes = [Route("/v1/chat/completions", server.chat, methods=["POST"]),
+              Route("/v1/messages", server.messages, methods=["POST"]),
+              Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
+              Route("/v1/models", server.models, methods=["GET"]),
+              *dashboard_routes(server.proxy, lambda request: allowed(request, config))]
+    app = Starlette(routes=routes, lifespan=server.lifespan,
+                    exception_handlers={404: server.not_found, 405: server.not_found})
+    app.state.proxy = server.proxy
     return app
 
 
