@@ -10,7 +10,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_anthropic
 from ..turns import Turn, to_turn
-from .dialect import ApiError, Parsed, field
+from .dialect import ApiError, Parsed, model_and_messages
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
 EPHEMERAL = {"type": "ephemeral"}
@@ -98,10 +98,7 @@ class AnthropicMessages:
     name = "anthropic"
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
-        if not isinstance(body, dict):
-            raise ApiError("the request body must be a JSON object")
-        model = field(body, "model", str)
-        messages = field(body, "messages", list)
+        model, messages = model_and_messages(body)
         system = body.get("system")
         pairs: list[tuple[dict[str, Any], Any]] = []
         if system:

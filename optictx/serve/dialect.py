@@ -53,12 +53,11 @@ class Dialect(Protocol):
         ...
 
 
-def field(body: dict[str, Any], name: str, kind: type, *, required: bool = True) -> Any:
-    """`body[name]` checked to be a `kind`, or ApiError naming it."""
-    value = body.get(name)
-    if value is None and not required:
-        return None
-    wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
-    if wrong or (kind in (str, list) and not value):
-        raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
-    return value
+def model_and_messages(body: Any) -> tuple[str, list[Any]]:
+    """The two fields both APIs require, checked (ApiError naming the one that is wrong)."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    for name, kind in (("model", str), ("messages", list)):
+        if not isinstance(body.get(name), kind) or not body[name]:
+            raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
+    return body["model"], body["messages"]

@@ -9,17 +9,14 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
 from ..turns import Turn, to_turn
-from .dialect import ApiError, Parsed, field
+from .dialect import ApiError, Parsed, model_and_messages
 
 
 class OpenAIChat:
     name = "openai"
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
-        if not isinstance(body, dict):
-            raise ApiError("the request body must be a JSON object")
-        model = field(body, "model", str)
-        messages = field(body, "messages", list)
+        model, messages = model_and_messages(body)
         turns = []
         for i, message in enumerate(messages):
             # "developer" is the newer name of the system role (OpenAI's o-series docs).
