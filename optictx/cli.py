@@ -274,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-remote", action="store_true",
                        help="bind a non-loopback host; clients must then send OPTICTX_PROXY_KEY as X-Optictx-Key")
     serve.add_argument("--max-body-bytes", type=int, default=32 * 2**20)
+    serve.add_argument("--max-open", type=int, default=64,
+                       help="conversations kept open in memory, each with up to 32 MiB of page images (default 64)")
     serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
     serve.set_defaults(func=cmd_serve)
     return p
@@ -290,7 +292,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         vision=args.vision, budget=args.budget, keep_recent=args.keep_recent,
         store=Path(args.store) if args.store else None, allow_remote=args.allow_remote,
         proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
-        upstream_timeout=args.upstream_timeout)
+        upstream_timeout=args.upstream_timeout, max_open=args.max_open)
     run(config)
     return 0
 

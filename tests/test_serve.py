@@ -241,6 +241,12 @@ def test_count_tokens_answers_for_the_fitted_request_and_stores_nothing(proxy, u
     assert count.input_tokens == len(arrived.raw) // 4
     assert any(b["type"] == "image" for m in arrived.body["messages"] for b in m["content"])
     assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+    # A conversation that holds exactly these messages answers as it is: the same messages go.
+    client = _anthropic(proxy)
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=9, system=system, messages=messages)
+    client.messages.count_tokens(model="claude-sonnet-4-5", system=system, messages=messages)
+    assert upstream.last("/v1/messages/count_tokens").body["messages"] == upstream.last("/v1/messages").body["messages"]
+    assert [c["requests"] for c in proxy.proxy.ledger.conversations(_tenant("key-a"))] == [1]
 
 
 def test_upstream_errors_keep_their_status_and_retry_after(proxy, upstream, sample):

@@ -40,7 +40,8 @@ class ServeConfig(BaseModel):
     proxy_key: str | None = Field(None, repr=False, min_length=16)
     max_body_bytes: int = Field(32 * 2**20, ge=1024, description="largest request body taken (413 beyond)")
     upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
-    max_open: int = Field(256, ge=1, description="conversations kept open in memory (least recent closed)")
+    max_open: int = Field(64, ge=1, description="conversations kept open in memory (least recent closed)")
+    image_cache_bytes: int = Field(32 * 2**20, ge=0, description="each open conversation's page image cache")
 
     @model_validator(mode="after")
     def _check(self) -> ServeConfig:

@@ -132,6 +132,20 @@ class Conversations:
             self._grow(conv, turns, digests, 0)
             return conv
 
+    def exactly(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation | None:
+        """The conversation holding `turns` and nothing more, locked, or None (nothing is added)."""
+        digests = chain(tenant, name, turns)
+        with self._lock:
+            hit = self.ledger.longest(digests[-1:])
+            conv = self._get(hit[0]) if hit else None
+        if conv is None or hit is None:
+            return None
+        conv.lock.acquire()
+        if conv.closed or len(conv.memory) != hit[1] or hit[1] != len(turns):
+            conv.lock.release()
+            return None
+        return conv
+
     def _grow(self, conv: Conversation, turns: Sequence[Turn], digests: list[bytes], held: int) -> None:
         """Add turns[held:]; a new conversation enters the ledger only once they are all in, so a
         request refused on the way (a turn over the limits) leaves nothing behind."""

@@ -55,7 +55,8 @@ class Proxy:
 
     def memory(self, path: Path | None) -> Memory:
         """A new conversation's memory; contexts are built per request (budget, vision)."""
-        return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=path)
+        return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=path,
+                      image_cache_bytes=self.config.image_cache_bytes)
 
     def settings(self, headers: Mapping[str, str]) -> tuple[str | None, int]:
         """X-Optictx-Conversation and X-Optictx-Budget, checked (ApiError naming the header)."""
@@ -78,6 +79,12 @@ class Proxy:
         tenant = tenant_of(headers)
         vision = vision_for(parsed.model, dialect.name, self.config.vision)
         if not keep:
+            held = self.conversations.exactly(tenant, name, parsed.turns)
+            if held is not None:
+                try:
+                    return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision)
+                finally:
+                    held.lock.release()
             memory = self.memory(None)
             with memory.batch():
                 for t in parsed.turns:
