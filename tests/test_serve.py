@@ -343,6 +343,7 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
         p.stop()
     files = sorted((tmp_path / "s").iterdir())
     assert files and all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files if f.is_file())
+    assert not any(b"key-a" in f.read_bytes() for f in files)  # the API key is never stored
     from optictx.renderers import Layout
 
     calls = []

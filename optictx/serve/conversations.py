@@ -63,9 +63,9 @@ class Conversations:
     """Memories by conversation, at most `max_open` open (the least recently used is closed; with
     a store it reopens from its file, its pages not drawn again)."""
 
-    def __init__(self, make: Callable[[Path | None], Memory], folder: Path | None, ledger: Ledger,
-                 max_open: int = 256) -> None:
-        self._make, self._folder, self.ledger, self._max = make, folder, ledger, max_open
+    def __init__(self, make: Callable[[Path | None], Memory], reopen: Callable[[Path], Memory], folder: Path | None,
+                 ledger: Ledger, max_open: int = 64) -> None:
+        self._make, self._reopen, self._folder, self.ledger, self._max = make, reopen, folder, ledger, max_open
         self._open: OrderedDict[str, Conversation] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -81,7 +81,7 @@ class Conversations:
             if path is None or not path.exists() or tenant is None:
                 self.ledger.forget(conversation)
                 return None
-            conv = self._open[conversation] = Conversation(conversation, tenant, Memory.open(path))
+            conv = self._open[conversation] = Conversation(conversation, tenant, self._reopen(path))
         self._open.move_to_end(conversation)
         self._close_idle()
         return conv
