@@ -77,7 +77,7 @@ def test_anthropic_requests_are_valid_never_costlier_and_as_they_came_when_they_
         return
     assert ctx.tokens <= budget
     out = json.loads(sent)
-    roles = [m["role"] for m in out["messages"]]
+    roles = [m["role"] for m in out["messages"]]  # never none: the API refuses that
     assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))
     for before, m in zip([None, *out["messages"]], out["messages"]):
         results = [b["tool_use_id"] for b in m["content"] if isinstance(b, dict) and b["type"] == "tool_result"]
@@ -106,6 +106,7 @@ def test_openai_requests_keep_tool_pairs_never_costlier_and_as_they_came_when_th
         return
     assert ctx.tokens <= budget
     out = json.loads(sent)["messages"]
+    assert out  # never none: the API refuses that
     for i, m in enumerate(out):
         if m["role"] == "tool":  # right after its call, or after the results of the same call
             j = i - 1

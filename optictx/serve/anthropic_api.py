@@ -10,7 +10,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_anthropic
 from ..turns import Turn, to_turn
-from .dialect import ApiError, Parsed, model_and_messages
+from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
 EPHEMERAL = {"type": "ephemeral"}
@@ -123,7 +123,8 @@ class AnthropicMessages:
             return parsed.originals[turn.id]  # type: ignore[index]
 
         _, messages = to_anthropic(ctx, original)  # the system prompt stays as the client sent it
-        body = {**parsed.body, "messages": messages}
+        body = {**parsed.body, "messages": messages or [
+            {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]}
         _breakpoints(body, {p.png_base64() for p in ctx.pages if p.tier.is_image})
         return json.dumps(body).encode()  # ASCII escapes: equal JSON, encoded ~40% faster
 

@@ -53,6 +53,11 @@ class Dialect(Protocol):
         ...
 
 
+# What goes when not one turn fits the budget (both APIs refuse a request without messages).
+NOTHING_FITS = ("(the conversation does not fit the context budget of {budget} tokens; "
+                "raise it with the X-Optictx-Budget header)")
+
+
 def model_and_messages(body: Any) -> tuple[str, list[Any]]:
     """The two fields both APIs require, checked (ApiError naming the one that is wrong)."""
     if not isinstance(body, dict):

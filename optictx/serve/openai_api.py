@@ -9,7 +9,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
 from ..turns import Turn, to_turn
-from .dialect import ApiError, Parsed, model_and_messages
+from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages
 
 
 class OpenAIChat:
@@ -35,7 +35,9 @@ class OpenAIChat:
         def original(turn: Turn) -> dict[str, Any]:
             return parsed.originals[turn.id]  # type: ignore[index]
 
-        return json.dumps({**parsed.body, "messages": to_openai(ctx, original)}).encode()  # ASCII: encodes faster
+        messages = to_openai(ctx, original) or [
+            {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
+        return json.dumps({**parsed.body, "messages": messages}).encode()  # ASCII: encodes faster
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}
