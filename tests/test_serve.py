@@ -482,3 +482,42 @@ def test_a_turn_over_the_limits_is_a_400_and_leaves_no_conversation(proxy, upstr
         r = http.post("/v1/chat/completions", json=huge, headers={"authorization": "Bearer key-a"})
     assert r.status_code == 400 and "max_turn_chars" in r.json()["error"]["message"]
     assert not upstream.arrivals and proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_command_works_as_written(upstream, sample):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "optictx", "serve", "--upstream", upstream.openai_url, "--host", "127.0.0.1",
+           "--port", str(port), "--vision", "deepseek-ocr", "--budget", "3000"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-a", max_retries=0)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:80])
+                break
+            except openai.APIConnectionError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert r.parse().choices[0].message.content == upstream.reply
+        assert r.headers["x-optictx-vision"] == "deepseek-ocr" and int(r.headers["x-optictx-tokens"].split("/")[0]) <= 3000
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=30)
+    assert server.returncode == 0, out
+    refused = subprocess.run([*cmd[:6], "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "allow-remote" in refused.stderr
