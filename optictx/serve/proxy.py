@@ -41,6 +41,7 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
 
 
 def tiers_of(ctx: Context) -> dict[str, int]:
+    """Pages per tier in `ctx`, dropped ones as "gone" (the dashboard's column)."""
     tiers = Counter(p.tier.value for p in ctx.pages)
     if ctx.gone:
         tiers["gone"] = len(ctx.gone)
@@ -48,6 +49,8 @@ def tiers_of(ctx: Context) -> dict[str, int]:
 
 
 class Proxy:
+    """The proxy's state: its settings, the conversations and the ledger."""
+
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.ledger = Ledger(config.store)
