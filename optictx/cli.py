@@ -96,8 +96,10 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _reader(args: argparse.Namespace) -> tuple[Any, str]:
-    from .readers import OpenAIReader, TesseractReader
+    from .readers import OpenAIReader, RapidOcrReader, TesseractReader
 
+    if args.reader == "rapidocr":
+        return RapidOcrReader(), "RapidOCR (PP-OCRv6 small)"
     if args.reader == "tesseract":
         lines = getattr(args, "line_boxes", False)
         return TesseractReader(line_boxes=lines), "Tesseract 5" + (" (line boxes)" if lines else "")
@@ -192,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's, 1000)")
 
     def readers(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--reader", default="tesseract", choices=["tesseract", "openai"])
+        sp.add_argument("--reader", default="tesseract", choices=["tesseract", "rapidocr", "openai"])
         sp.add_argument("--line-boxes", action="store_true", help="Tesseract: read the renderer's lines one by one")
         sp.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
         sp.add_argument("--model", help="model name on that server, for --reader openai")

@@ -2,8 +2,8 @@
 
 `TesseractReader` is the independent reader: Tesseract 5 in-process through tesserocr (faster per
 page than a pytesseract subprocess, no process per read), with the English model from Debian's
-`tesseract-ocr` package. The readers issue extends
-this module (line-box reading); `OpenAIReader` reads through any OpenAI-compatible VLM server.
+`tesseract-ocr` package. `RapidOcrReader` is a second, neural one whose weights ship in its wheel;
+`OpenAIReader` reads through any OpenAI-compatible VLM server.
 """
 
 from __future__ import annotations
@@ -165,6 +165,47 @@ class TesseractReader(CachedReader):
             api.SetImage(padded)
             out.append(api.GetUTF8Text().strip())
         return "\n".join(out)
+
+
+class RapidOcrReader(CachedReader):
+    """A neural second reader: RapidOCR's PP-OCRv6 small detection and recognition models (ONNX,
+    shipped inside the rapidocr wheel, run by onnxruntime: offline). With the lines' boxes it
+    recognises each line, batched, without detection; without them it finds the lines itself.
+    onnxruntime already spreads one batch over the cores: one worker, one engine."""
+
+    def __init__(self, *, margin: int = 2, batch: int = 32, cache_size: int = 4096) -> None:
+        try:
+            import numpy as np
+            from rapidocr import RapidOCR
+        except ImportError as exc:
+            raise ReaderError(f"rapidocr is not installed ({exc}): pip install 'optictx[eval]'") from exc
+        super().__init__(workers=1, cache_size=cache_size)
+        self._np = np
+        self._engine = RapidOCR(params={"Global.log_level": "critical", "Rec.rec_batch_num": batch})
+        # The renderer's line boxes end at the line pitch; underscores and descenders reach
+        # `margin` px below it.
+        self.margin, self.batch = margin, batch
+        self._lock = threading.Lock()
+
+    def _settings(self) -> str:
+        return f"{self.margin}/{self.batch}"
+
+    def _bgr(self, image: Image.Image):
+        return self._np.asarray(image.convert("RGB"))[:, :, ::-1]  # OpenCV's channel order
+
+    def _recognize(self, image: Image.Image, boxes: Sequence[Box] | None) -> str:
+        with self._lock:  # the engine keeps per-call settings on itself
+            if not boxes:
+                found = self._engine(self._bgr(image))
+                return "\n".join(found.txts or ())
+            crops = [image.crop((x0, y0, x1, min(image.height, y1 + self.margin))) for x0, y0, x1, y1 in boxes]
+            inked = [i for i, c in enumerate(crops) if c.convert("L").getextrema()[0] <= 160]  # blank: not read
+            texts = [""] * len(crops)
+            if inked:
+                read = self._engine.recognize_txt([self._bgr(crops[i]) for i in inked])
+                for i, text in zip(inked, read.txts or ()):
+                    texts[i] = text
+            return "\n".join(texts)
 
 
 # The transcription prompt each model family was trained or documented with.

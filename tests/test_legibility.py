@@ -71,3 +71,21 @@ def test_line_box_reading_reads_each_drawn_line():
     page_mode = TesseractReader(workers=1)  # whole columns, one after the other
     assert char_accuracy(page.text, page_mode.read(image, boxes)) >= 0.98
     assert char_accuracy(page.text, page_mode.read(image)) < 0.9  # without boxes it reads across columns
+
+
+@needs("rapidocr", "eval")
+def test_the_neural_reader_reads_each_line_of_a_page_and_finds_lines_itself():
+    from optictx.readers import RapidOcrReader
+
+    mem = Memory(keep_recent=0)
+    for chunk in prose_corpus()[:2]:
+        mem.add({"role": "user", "content": chunk})
+    page = mem.pages[0]
+    image, boxes = mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL)
+    reader = RapidOcrReader()
+    got = reader.read(image, boxes)
+    assert len(got.split("\n")) == len(page.lines)  # one result per drawn line, blank ones blank
+    assert char_accuracy(page.text, got) >= 0.97
+    assert reader.read(image, boxes) is got  # served from the digest cache
+    crop = mem.images.master(page).crop((0, 0, 1280, 160))  # no boxes: it finds the lines itself
+    assert page.lines[1].text in reader.read(crop).split("\n")
