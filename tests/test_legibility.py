@@ -55,15 +55,20 @@ def test_missing_language_model_is_a_clear_error(tmp_path, monkeypatch):
         TesseractReader(lang="xx")
 
 
-@needs_tesseract
-def test_line_box_reading_reads_each_drawn_line():
-    from optictx.readers import TesseractReader
-
+def _prose_page():
+    """The first page of the prose corpus, its SMALL image and line boxes, and its memory."""
     mem = Memory(keep_recent=0)
     for chunk in prose_corpus()[:2]:
         mem.add({"role": "user", "content": chunk})
     page = mem.pages[0]
-    image, boxes = mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL)
+    return mem, page, mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL)
+
+
+@needs_tesseract
+def test_line_box_reading_reads_each_drawn_line():
+    from optictx.readers import TesseractReader
+
+    _, page, image, boxes = _prose_page()
     assert len(boxes) == len(page.lines) and boxes[0][0] == round(24 * 640 / 1280)
     got = TesseractReader(line_boxes=True, workers=1).read(image, boxes)
     assert len(got.split("\n")) == len(page.lines)  # one result per line: blank lines stay blank
@@ -77,11 +82,7 @@ def test_line_box_reading_reads_each_drawn_line():
 def test_the_neural_reader_reads_each_line_of_a_page_and_finds_lines_itself():
     from optictx.readers import RapidOcrReader
 
-    mem = Memory(keep_recent=0)
-    for chunk in prose_corpus()[:2]:
-        mem.add({"role": "user", "content": chunk})
-    page = mem.pages[0]
-    image, boxes = mem.images.at(page, Tier.SMALL), mem.images.boxes(page, Tier.SMALL)
+    mem, page, image, boxes = _prose_page()
     reader = RapidOcrReader()
     got = reader.read(image, boxes)
     assert len(got.split("\n")) == len(page.lines)  # one result per drawn line, blank ones blank

@@ -58,6 +58,23 @@ def _fitted(dialect, body, budget, vision):
     return raw, sent, ctx, mem.original_tokens(vision)
 
 
+def _compressed(dialect, body, budget, vision):
+    """The fitted request as JSON, once the invariants every request keeps are checked; None when
+    it went as it came (then byte for byte) or the budget refused it (a system prompt over it:
+    the proxy sends it as it came then, tests/test_serve.py)."""
+    try:
+        raw, sent, ctx, original = _fitted(dialect, body, budget, vision)
+    except BudgetError:
+        return None
+    assert ctx.tokens <= original
+    event("verbatim" if ctx.verbatim else "compressed")
+    if ctx.verbatim:
+        assert sent == raw
+        return None
+    assert ctx.tokens <= budget
+    return json.loads(sent)
+
+
 bodies = st.tuples(conversations(), st.integers(100, 4000), st.sampled_from(list(COST_MODELS)))
 
 
@@ -65,18 +82,9 @@ bodies = st.tuples(conversations(), st.integers(100, 4000), st.sampled_from(list
 @given(bodies)
 def test_anthropic_requests_are_valid_never_costlier_and_as_they_came_when_they_fit(case):
     msgs, budget, vision = case
-    body = _anthropic_body([m for m in msgs if not m.get("pinned")])
-    try:
-        raw, sent, ctx, original = _fitted(ANTHROPIC, body, budget, vision)
-    except BudgetError:  # only the budget may refuse: a system prompt over it (the proxy then
-        return  # sends the request as it came: tests/test_serve.py)
-    assert ctx.tokens <= original
-    event("verbatim" if ctx.verbatim else "compressed")
-    if ctx.verbatim:
-        assert sent == raw
+    out = _compressed(ANTHROPIC, _anthropic_body([m for m in msgs if not m.get("pinned")]), budget, vision)
+    if out is None:
         return
-    assert ctx.tokens <= budget
-    out = json.loads(sent)
     roles = [m["role"] for m in out["messages"]]  # never none: the API refuses that
     assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))
     for before, m in zip([None, *out["messages"]], out["messages"]):
@@ -95,17 +103,10 @@ def test_openai_requests_keep_tool_pairs_never_costlier_and_as_they_came_when_th
     msgs, budget, vision = case
     body = {"model": "m", "messages": [{k: v for k, v in m.items() if k != "pinned"} for m in msgs]
             or [{"role": "user", "content": "hi"}]}
-    try:
-        raw, sent, ctx, original = _fitted(OPENAI, body, budget, vision)
-    except BudgetError:
+    fitted = _compressed(OPENAI, body, budget, vision)
+    if fitted is None:
         return
-    assert ctx.tokens <= original
-    event("verbatim" if ctx.verbatim else "compressed")
-    if ctx.verbatim:
-        assert sent == raw
-        return
-    assert ctx.tokens <= budget
-    out = json.loads(sent)["messages"]
+    out = fitted["messages"]
     assert out  # never none: the API refuses that
     for i, m in enumerate(out):
         if m["role"] == "tool":  # right after its call, or after the results of the same call
