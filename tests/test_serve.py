@@ -522,3 +522,19 @@ def test_the_command_works_as_written(upstream, sample):
     assert server.returncode == 0, out
     refused = subprocess.run([*cmd[:6], "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "allow-remote" in refused.stderr
+
+
+def test_a_stream_reaches_the_client_byte_for_byte_and_event_by_event(proxy, upstream, sample):
+    from serve_peers import _anthropic_events, _openai_events
+
+    for path, body, events in (
+            ("/v1/chat/completions", {"model": "gpt-4o", "stream": True, "messages": sample[:60]},
+             _openai_events("gpt-4o", upstream.reply)),
+            ("/v1/messages", {"model": "claude-x", "max_tokens": 5, "stream": True,
+                              "messages": [{"role": "user", "content": "hi"}]},
+             _anthropic_events("claude-x", upstream.reply))):
+        with httpx.Client(base_url=proxy.url) as http, http.stream("POST", path, json=body) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            chunks = list(r.iter_raw())
+        assert b"".join(chunks) == b"".join(events)
+        assert len(chunks) > 3  # relayed as they came, not gathered into one answer
