@@ -59,7 +59,7 @@ class PageImages:
             raise ConfigError(f"{tier.name} has no image")
         f = side / self.layout.config.size
         return [(round(x0 * f), round(y0 * f), round(x1 * f), round(y1 * f))
-                for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout.config))]
+                for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout))]
 
     def read(self, reader: Any, pages: Sequence[Page], tier: Tier) -> list[str]:
         """What `reader` (a `readers.Reader`) reads on `pages` at `tier`, given each page's line

@@ -173,7 +173,7 @@ class RapidOcrReader(CachedReader):
     recognises each line, batched, without detection; without them it finds the lines itself.
     onnxruntime already spreads one batch over the cores: one worker, one engine."""
 
-    def __init__(self, *, margin: int = 2, batch: int = 32, cache_size: int = 4096) -> None:
+    def __init__(self, *, batch: int = 32, cache_size: int = 4096) -> None:
         try:
             import numpy as np
             from rapidocr import RapidOCR
@@ -182,13 +182,11 @@ class RapidOcrReader(CachedReader):
         super().__init__(workers=1, cache_size=cache_size)
         self._np = np
         self._engine = RapidOCR(params={"Global.log_level": "critical", "Rec.rec_batch_num": batch})
-        # The renderer's line boxes end at the line pitch; underscores and descenders reach
-        # `margin` px below it.
-        self.margin, self.batch = margin, batch
+        self.batch = batch
         self._lock = threading.Lock()
 
     def _settings(self) -> str:
-        return f"{self.margin}/{self.batch}"
+        return str(self.batch)
 
     def _bgr(self, image: Image.Image):
         return self._np.asarray(image.convert("RGB"))[:, :, ::-1]  # OpenCV's channel order
@@ -198,7 +196,7 @@ class RapidOcrReader(CachedReader):
             if not boxes:
                 found = self._engine(self._bgr(image))
                 return "\n".join(found.txts or ())
-            crops = [image.crop((x0, y0, x1, min(image.height, y1 + self.margin))) for x0, y0, x1, y1 in boxes]
+            crops = [image.crop(box) for box in boxes]
             inked = [i for i, c in enumerate(crops) if c.convert("L").getextrema()[0] <= 160]  # blank: not read
             texts = [""] * len(crops)
             if inked:

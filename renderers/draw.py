@@ -69,35 +69,43 @@ class Columns:
         return column, y
 
 
-def line_boxes(lines: Sequence[Line], config: RenderConfig) -> list[LineBox]:
-    """Where `draw_page` puts each line, without drawing: the layout alone decides it.
-    Raises RenderError when the lines do not fit on one page."""
-    cols, boxes = Columns(config), []
+_SIDE_INK = 2  # px a glyph may reach past its advance on either side (a 'j', an italic fallback)
+
+
+def _places(lines: Sequence[Line], config: RenderConfig) -> list[tuple[int, int]]:
+    """(x, y) of the top left of every line's room; RenderError when they do not fit on a page."""
+    cols, places = Columns(config), []
     for i, line in enumerate(lines):
         keep = config.line_height if line.style == "header" and i + 1 < len(lines) else 0
         spot = cols.place(line.height, keep)
         if spot is None:
             raise RenderError(f"{len(lines)} lines do not fit on a page of {config.columns} column(s) of "
                               f"{config.text_height} px; lay out fewer lines per page")
-        x0, y0 = config.column_x(spot[0]), config.margin + spot[1]
-        boxes.append(LineBox(line.text, line.style, (x0, y0, x0 + config.text_width, y0 + line.height)))
-    return boxes
+        places.append((config.column_x(spot[0]), config.margin + spot[1]))
+    return places
+
+
+def line_boxes(lines: Sequence[Line], layout: Layout) -> list[LineBox]:
+    """Where `draw_page` puts each line, without drawing: the layout alone decides it. Each box
+    holds everything drawn on its line, so it reaches a little into the next line's room.
+    Raises RenderError when the lines do not fit on one page."""
+    cfg = layout.config
+    side = _SIDE_INK + cfg.stroke
+    return [LineBox(line.text, line.style,
+                    (max(0, x - side), y, min(cfg.size, x + cfg.text_width + side),
+                     min(cfg.size, y + max(line.height, layout.ink_bottom(line.style)))))
+            for line, (x, y) in zip(lines, _places(lines, cfg))]
 
 
 def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[LineBox]]:
     """Draw `lines` top to bottom on a white square page; raises RenderError if they overflow."""
     cfg: RenderConfig = layout.config
-    boxes = line_boxes(lines, cfg)
+    boxes = line_boxes(lines, layout)
     img = Image.new("L", (cfg.size, cfg.size), 255)
     draw = ImageDraw.Draw(img)
-    for line, lb in zip(lines, boxes):
-        x0, y, x1, _ = lb.box
-        chain = layout.chain(line.style)
+    for line, (x, y) in zip(lines, _places(lines, cfg)):
         if line.style == "header":
-            draw.rectangle((x0 - 6, y + 2, x1 + 6, y + line.height - 2), fill=cfg.header_fill)
-            ty = y + (line.height - cfg.header_size) // 2 - 1
-        else:
-            ty = y + (line.height - cfg.font_size) // 2
+            draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
         if line.text:
-            _draw_runs(draw, (x0, ty), line.text, chain, cfg.stroke)
+            _draw_runs(draw, (x, y + layout.text_top(line.style)), line.text, layout.chain(line.style), cfg.stroke)
     return img, boxes

@@ -153,6 +153,19 @@ class Layout:
     def chain(self, style: Style) -> FontChain:
         return self._m[style].chain
 
+    def text_top(self, style: Style) -> int:
+        """Where a line's text is drawn, in px below the top of its line (the drawing's anchor)."""
+        cfg = self.config
+        if style == "header":
+            return (cfg.header_height - cfg.header_size) // 2 - 1
+        return (cfg.line_height - cfg.font_size) // 2
+
+    def ink_bottom(self, style: Style) -> int:
+        """How far below the top of its line a line's glyphs can reach: underscores and descenders
+        hang below the line pitch (by 2 px at the defaults), and a fallback face may reach further."""
+        reach = max(sum(face.font.getmetrics()) for face in self.chain(style).faces)
+        return self.text_top(style) + reach + self.config.stroke
+
     def lines(self, block: Block) -> list[Line]:
         """The lines of one block, each with its drawn text and height."""
         cfg, m = self.config, self._m[block.style]

@@ -69,7 +69,7 @@ def test_line_box_reading_reads_each_drawn_line():
     from optictx.readers import TesseractReader
 
     _, page, image, boxes = _prose_page()
-    assert len(boxes) == len(page.lines) and boxes[0][0] == round(24 * 640 / 1280)
+    assert len(boxes) == len(page.lines) and abs(boxes[0][0] - 24 * 640 / 1280) <= 1  # at the margin, in SMALL px
     got = TesseractReader(line_boxes=True, workers=1).read(image, boxes)
     assert len(got.split("\n")) == len(page.lines)  # one result per line: blank lines stay blank
     assert char_accuracy(page.text, got) >= 0.98

@@ -32,6 +32,23 @@ def test_master_is_square_and_boxes_follow_lines():
     assert img.crop((x0, y0, x1, y1)).resize((1, 1), 2).getpixel((0, 0)) < 240
 
 
+def test_every_drawn_pixel_lies_in_its_lines_box():
+    # Underscores and descenders hang below the line pitch: a reader cropping at the box must
+    # still see them (a box that ended at the pitch lost every underscore of a code page).
+    blocks = [Block("#1 TOOL", "header"), Block("snake_case_name = jumpy(\"___\")  # gjpqy|_", "code"),
+              Block("Just a quip: jolly, gaunt and _underlined_ words. " * 3), Block("____ ==== ---- " * 8, "code")]
+    for cfg in (RenderConfig(), RenderConfig(columns=3, stroke=1, font_size=15)):
+        layout = Layout(cfg)
+        lines = [ln for b in blocks for ln in layout.lines(b)]
+        img, boxes = draw_page(lines, layout)
+        ink = img.point(lambda v: 255 if v < 200 else 0)  # the header band (grey 216) is not ink
+        for box in (b.box for b in boxes):
+            ink.paste(0, box)
+        assert ink.getbbox() is None, cfg
+        bottoms = [b.box[3] - b.box[1] for b in boxes if b.style == "code"]
+        assert min(bottoms) > cfg.line_height  # the boxes reach below the pitch, where "_" is drawn
+
+
 def test_long_words_and_urls_wrap_within_the_width():
     url = "https://example.com/" + "a1b2c3" * 60
     lines = LAYOUT.lines(Block(f"see {url} now"))
