@@ -125,7 +125,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     reader, name = _reader(args)
     t0 = time.perf_counter()
     cells = measure(reader, densities=args.densities, tiers=[Tier(t) for t in args.tiers], pages=args.pages,
-                    vision=args.vision, base=_render_config(args))
+                    vision=args.vision, base=_render_config(args), corpus=args.corpus)
     paths = write_outputs(cells, args.out, name)
     print(Path(paths["md"]).read_text())
     if args.peer:
@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
                      choices=["gundam", "large", "base", "small", "tiny"])
     fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))
+    fid.add_argument("--corpus", nargs="+", default=["prose", "code", "tool"], metavar="NAME|PATH",
+                     help="prose, code, tool, or an OpenAI-style .jsonl conversation (or a folder of them); "
+                          "default: the three built-in ones")
     renders(fid)
     fid.add_argument("--no-peer", dest="peer", action="store_false",
                      help="skip the side-by-side with pixelprompt under the anthropic cost model")
@@ -231,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="search render settings for the most legible text per visual token")
     tune.add_argument("--out", default="out/tune", help="folder for render.json and trials.csv")
     tune.add_argument("--tier", default="tiny", choices=["large", "base", "small", "tiny"])
-    tune.add_argument("--corpus", default="prose", choices=["prose", "code", "tool"])
+    tune.add_argument("--corpus", default="prose", metavar="NAME|PATH",
+                      help="prose (default), code, tool, or an OpenAI-style .jsonl conversation or folder of them")
     tune.add_argument("--pages", type=int, default=3, help="full pages read per trial (default 3)")
     tune.add_argument("--max-evals", type=int, default=40, help="trials at most (default 40)")
     tune.add_argument("--min-accuracy", type=float, help="legibility floor (default by tier: small 0.99, tiny 0.97)")

@@ -6,13 +6,48 @@ from PIL import Image
 
 from optictx import Tier
 from optictx.cli import main
-from optictx.eval.fidelity import corpora, font_for_density
+from optictx.eval.fidelity import content, content_accuracy, corpora, font_for_density
+from optictx.io import write_jsonl
+from optictx.sample import sample_conversation
 
 
 def test_corpora_are_offline_and_cover_three_kinds():
     c = corpora()
     assert set(c) == {"prose", "code", "tool"} and all(len(v) >= 4 for v in c.values())
     assert font_for_density(1000) == 21  # the shipped default font is the fitted one
+
+
+def test_content_characters_leave_out_rules_and_only_rules():
+    assert content("a ---- b ==== c ____ d ~~~~~ e - - - - f ───── g").split() == list("abcdefg")
+    kept = "x -- y === z v1.2.3 a_b __init__ --flag 12...3"  # short runs are text, not decoration
+    assert content(kept) == kept
+    assert content_accuracy("total ---------- 42", "total ------ 42") == 1.0  # a rule's length is not content
+    assert content_accuracy("total ---------- 42", "tota1 ------ 42") < 1.0
+
+
+def test_a_jsonl_conversation_or_a_folder_of_them_is_a_corpus(tmp_path):
+    write_jsonl(tmp_path / "one.jsonl", sample_conversation())
+    write_jsonl(tmp_path / "two.jsonl", sample_conversation()[:5])
+    got = corpora(["prose", str(tmp_path / "one.jsonl"), str(tmp_path)])
+    assert list(got) == ["prose", "one", tmp_path.name]
+    n = len(sample_conversation())
+    assert len(got["one"]) == n and len(got[tmp_path.name]) == n + 5
+    assert [t.id for t in got[tmp_path.name]] == list(range(n + 5))  # numbered as one stream
+    assert main(["fidelity", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
+
+
+@needs_tesseract
+def test_fidelity_cli_on_a_jsonl_corpus_reports_tokens_per_page_and_content_accuracy(tmp_path, capsys):
+    path = tmp_path / "agent.jsonl"
+    write_jsonl(path, sample_conversation())
+    out = tmp_path / "fid"
+    assert main(["fidelity", "--out", str(out), "--pages", "2", "--densities", "1000", "--tiers", "small",
+                 "--no-peer", "--corpus", str(path)]) == 0
+    (row,) = csv.DictReader((out / "fidelity.csv").open())
+    assert row["corpus"] == "agent" and int(row["pages"]) == 2
+    assert 300 < float(row["text_tokens"]) <= 1000
+    assert 0.9 < float(row["char_acc"]) <= float(row["content_acc"]) + 0.02
+    assert "content acc" in capsys.readouterr().out
 
 
 @needs_tesseract
@@ -25,7 +60,7 @@ def test_fidelity_cli_writes_csv_table_and_plot(tmp_path, capsys):
     prose = next(r for r in rows if r["corpus"] == "prose")
     assert float(prose["char_acc"]) >= 0.98 and float(prose["compression_paper"]) > 8
     assert int(prose["positions"]) == 111 and int(prose["paper_tokens"]) == 100
-    assert "| 1000 |" in (out / "fidelity.md").read_text()
+    assert "(1000) |" in (out / "fidelity.md").read_text()
     assert Image.open(out / "fidelity.png").size[0] > 500
     assert "wrote" in capsys.readouterr().out
 

@@ -34,7 +34,7 @@ from ..readers import CachedReader, char_accuracy
 from ..renderers import RenderConfig
 from ..tiers import Tier
 from ..tokens import get_tokenizer
-from .fidelity import corpora, font_for_density, full_pages, write_csv
+from .fidelity import corpora, corpus_name, font_for_density, full_pages, write_csv
 
 SPACE: dict[str, tuple[Any, ...]] = {
     "tokens_per_page": (800, 900, 1000, 1100, 1200, 1300, 1400),
@@ -83,7 +83,7 @@ class Scorer:
     def __init__(self, reader: CachedReader, tier: Tier, *, corpus: str = "prose", pages: int = 3,
                  min_accuracy: float | None = None, vision: str = "deepseek-ocr") -> None:
         self.reader, self.tier, self.pages = reader, tier, pages
-        self.turns = corpora()[corpus]
+        self.turns = corpora([corpus])[corpus_name(corpus)]  # a built-in name or a JSONL path
         self.min_accuracy = MIN_ACCURACY.get(tier, 0.97) if min_accuracy is None else min_accuracy
         model = get_cost_model(vision)
         self.visual_tokens = model.paper_tokens(tier, model.tier_size(tier))
