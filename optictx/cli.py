@@ -219,7 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     fid = sub.add_parser("fidelity", help="read pages back at each tier: accuracy vs compression")
     fid.add_argument("--out", default="out/fidelity")
     fid.add_argument("--pages", type=int, default=3, help="full pages per cell (default 3)")
-    fid.add_argument("--densities", type=int, nargs="+", default=[600, 800, 1000, 1200])
+    fid.add_argument("--densities", type=int, nargs="+", default=[600, 800, 1000, 1200],
+                     help="tokens per page, each with the font that fills a prose page at it")
+    fid.add_argument("--as-is", dest="densities", action="store_const", const=[],
+                     help="no density sweep: the render config's own font and tokens per page")
     fid.add_argument("--tiers", nargs="+", default=["base", "small", "tiny"],
                      choices=["gundam", "large", "base", "small", "tiny"])
     fid.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS))

@@ -138,6 +138,20 @@ def wrap_code(line: str, m: Measurer, max_w: float) -> list[str]:
     return _break_word(line, m, max_w)
 
 
+def paragraphs(text: str, tab_width: int) -> list[str]:
+    """The source lines a block draws, without the whitespace that carries no meaning: line ends
+    (a lone CR, as a terminal's progress line writes it, is one too), trailing blanks, blank
+    lines at either end and all but one of a run. Tabs are expanded first: code keeps its indent."""
+    out: list[str] = []
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(tab_width).split("\n"):
+        line = raw.rstrip(" ")  # tabs are spaces by now; other blanks and controls stay visible
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return out or [""]
+
+
 class Layout:
     """Lays blocks out for one RenderConfig; reuse it: it caches fonts and word widths."""
 
@@ -169,8 +183,7 @@ class Layout:
     def lines(self, block: Block) -> list[Line]:
         """The lines of one block, each with its drawn text and height."""
         cfg, m = self.config, self._m[block.style]
-        # Tabs are expanded before control characters are made visible: code keeps its indent.
-        paras = block.text.replace("\r\n", "\n").expandtabs(cfg.tab_width).split("\n")
+        paras = paragraphs(block.text, cfg.tab_width)
         max_w = cfg.text_width
         if block.style == "header":
             head = displayable(" ".join(paras), m.chain)
@@ -178,8 +191,9 @@ class Layout:
         wrap = wrap_code if block.style == "code" else wrap_prose
         out: list[str] = []
         for para in paras:
-            out.extend(wrap(displayable(para, m.chain), m, max_w))
-        return [Line(t, block.style, cfg.line_height) for t in out]
+            out.extend(wrap(displayable(para, m.chain), m, max_w) if para else [""])
+        blank = cfg.line_height // 2
+        return [Line(t, block.style, cfg.line_height if t else blank) for t in out]
 
     @staticmethod
     def _truncate(text: str, m: Measurer, max_w: float) -> str:

@@ -65,3 +65,18 @@ def test_turn_blocks_style_code_and_tool_calls():
     assert "grep({})" in blocks[-1].text and "c1" in blocks[-1].text
     tool = Turn(role="tool", tool_call_id="c1", content="out", id=4)
     assert [b.style for b in turn_blocks(tool)] == ["header", "code"]
+
+
+def test_a_page_says_what_it_draws_and_the_transcript_keeps_every_blank():
+    from optictx import Memory
+    from optictx.renderers import draw_page
+
+    noisy = "ls -la   \r\n\r\n\r\n\r\ntotal 8\rdone\n\n\n" + "row   \n" * 30
+    mem = Memory(keep_recent=0, verbatim=False)
+    for i in range(30):
+        mem.add({"role": "user", "content": f"{i}: {noisy}"})
+    assert [t.content for t in mem.transcript()] == [f"{i}: {noisy}" for i in range(30)]
+    page = next(p for p in mem.pages if p.sealed)
+    assert "\n\n\n" not in page.text and "   \n" not in page.text
+    _, boxes = draw_page(page.lines, mem.layout)
+    assert page.text == "\n".join(b.text for b in boxes)  # the page's text is what it draws

@@ -99,3 +99,16 @@ def test_a_copied_config_has_its_own_digest():
     assert base.digest  # computed before the copy: a cached value must not travel with it
     copy = base.model_copy(update={"font_size": 12})
     assert copy.digest == RenderConfig(font_size=12).digest != base.digest
+
+
+def test_whitespace_without_meaning_takes_no_page_room():
+    cfg = LAYOUT.config
+    text = "\n\nfirst   \r\nprogress 10%\rprogress 90%\n\n\n\n    indented\t\n \n\n"
+    for style in ("code", "text"):
+        lines = LAYOUT.lines(Block(text, style))
+        # Line ends of every kind break lines, trailing blanks go, a run of blank lines is one,
+        # blank lines at either end go; indentation stays.
+        assert [ln.text for ln in lines] == ["first", "progress 10%", "progress 90%", "", "    indented"], style
+        assert [ln.height for ln in lines] == [cfg.line_height] * 3 + [cfg.line_height // 2, cfg.line_height]
+    assert [ln.text for ln in LAYOUT.lines(Block("\n \n", "code"))] == [""]  # an empty message still shows
+    assert LAYOUT.lines(Block("a\x0cb\x1c", "code"))[0].text == "a\\x0cb\\x1c"  # controls stay visible

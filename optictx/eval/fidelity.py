@@ -177,12 +177,13 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
             vision: str | CostModel = "deepseek-ocr", base: RenderConfig | None = None,
             corpus: Sequence[str] = BUILTIN) -> list[Cell]:
     """Cells for every density x corpus x tier; `base` holds the render settings but the font,
-    which each density fits. A JSONL corpus's pages are spread over the whole conversation."""
+    which each density fits. No densities: `base` as it is, its font and tokens per page. A JSONL
+    corpus's pages are spread over the whole conversation."""
     model, tok, texts = get_cost_model(vision), get_tokenizer(), corpora(corpus)
     base = base or RenderConfig()
+    sweep = [(d, font_for_density(d, base)) for d in densities] or [(base.tokens_per_page, base.font_size)]
     cells = []
-    for density in densities:
-        font = font_for_density(density, base)
+    for density, font in sweep:
         for name, turns in texts.items():
             layout, got = full_pages(base.model_copy(update={"font_size": font}), turns, pages, density,
                                      spread=name not in BUILTIN)
