@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw
 
+from .atlas import GlyphInk
 from .config import RenderConfig
 from .errors import OptictxError
 from .fonts import FontChain, is_rtl
@@ -26,11 +27,14 @@ class LineBox:
     box: tuple[int, int, int, int]
 
 
-def _draw_runs(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, chain: FontChain,
-               stroke: int) -> None:
+def _draw_runs(img: Image.Image, draw: ImageDraw.ImageDraw, xy: tuple[int, int], text: str, chain: FontChain,
+               stroke: int, ink: GlyphInk) -> None:
     faces = chain.faces
     if text.isascii():
-        draw.text(xy, text, font=faces[0].font, fill=0, stroke_width=stroke, stroke_fill=0)
+        if stroke:
+            draw.text(xy, text, font=faces[0].font, fill=0, stroke_width=stroke, stroke_fill=0)
+        else:
+            ink.draw(img, xy, text, faces[0].font)
         return
     runs = chain.runs(text)
     x, y = xy
@@ -87,13 +91,15 @@ def _places(lines: Sequence[Line], config: RenderConfig) -> list[tuple[int, int]
 
 def line_boxes(lines: Sequence[Line], layout: Layout) -> list[LineBox]:
     """Where `draw_page` puts each line, without drawing: the layout alone decides it. Each box
-    holds everything drawn on its line, so it reaches a little into the next line's room.
+    holds everything drawn on its line, so it reaches a little into the next line's room (a blank
+    line's box is its own room: nothing is drawn there, and the next line's text must not be read
+    as its).
     Raises RenderError when the lines do not fit on one page."""
     cfg = layout.config
     side = _SIDE_INK + cfg.stroke
     return [LineBox(line.text, line.style,
                     (max(0, x - side), y, min(cfg.size, x + cfg.text_width + side),
-                     min(cfg.size, y + max(line.height, layout.ink_bottom(line.style)))))
+                     min(cfg.size, y + (max(line.height, layout.ink_bottom(line.style)) if line.text else line.height))))
             for line, (x, y) in zip(lines, _places(lines, cfg))]
 
 
@@ -107,5 +113,6 @@ def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[
         if line.style == "header":
             draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
         if line.text:
-            _draw_runs(draw, (x, y + layout.text_top(line.style)), line.text, layout.chain(line.style), cfg.stroke)
+            _draw_runs(img, draw, (x, y + layout.text_top(line.style)), line.text, layout.chain(line.style),
+                       cfg.stroke, layout.ink)
     return img, boxes

@@ -6,6 +6,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+from .atlas import GlyphInk
 from .config import RenderConfig
 from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
 
@@ -158,6 +159,7 @@ class Layout:
     def __init__(self, config: RenderConfig | None = None) -> None:
         self.config = config or RenderConfig()
         self.fonts = FontSet.for_config(self.config)
+        self.ink = GlyphInk()  # glyph and word masks, for draw.py
         self._m = {
             "header": Measurer(self.fonts.header),
             "text": Measurer(self.fonts.body),

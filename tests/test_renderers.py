@@ -112,3 +112,66 @@ def test_whitespace_without_meaning_takes_no_page_room():
         assert [ln.height for ln in lines] == [cfg.line_height] * 3 + [cfg.line_height // 2, cfg.line_height]
     assert [ln.text for ln in LAYOUT.lines(Block("\n \n", "code"))] == [""]  # an empty message still shows
     assert LAYOUT.lines(Block("a\x0cb\x1c", "code"))[0].text == "a\\x0cb\\x1c"  # controls stay visible
+
+
+def _pillow_page(lines, layout):
+    """The page as Pillow's own `draw.text` draws it, line by line: what the glyph path must equal."""
+    from PIL import Image, ImageDraw
+
+    from optictx.renderers.draw import _places
+
+    cfg = layout.config
+    img = Image.new("L", (cfg.size, cfg.size), 255)
+    draw = ImageDraw.Draw(img)
+    for line, (x, y) in zip(lines, _places(lines, cfg)):
+        if line.style == "header":
+            draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
+        if line.text:
+            draw.text((x, y + layout.text_top(line.style)), line.text, font=layout.chain(line.style).faces[0].font,
+                      fill=0)
+    return img
+
+
+def test_glyph_masks_draw_the_same_pixels_as_pillow_on_every_corpus():
+    from optictx.eval.fidelity import corpora
+    from optictx.packer import Packer
+    from optictx.tokens import get_tokenizer
+
+    for cfg in (RenderConfig(), RenderConfig(columns=3, font_size=15, body_font="mono")):
+        layout = Layout(cfg)
+        for name, turns in corpora().items():
+            packer = Packer(layout, get_tokenizer(), 1000)
+            for turn in turns[:40]:
+                packer.add(turn)
+            for page in packer.sealed[:4]:
+                assert all(ln.text.isascii() for ln in page.lines)
+                ours, _ = draw_page(page.lines, layout)
+                assert ours.tobytes() == _pillow_page(page.lines, layout).tobytes(), (name, page.index)
+
+
+_ASCII = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=70)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(_ASCII, st.sampled_from(["text", "code", "header"])), min_size=1, max_size=12),
+       st.sampled_from([21, 13]))
+def test_glyph_masks_match_pillow_on_any_ascii(rows, size):
+    # Kerned pairs ("AV", "Ta"), overlapping glyphs ("ff", "fj"), runs of spaces and words cut
+    # anywhere: the pen positions, rounding and blending must all be Pillow's.
+    layout = _LAYOUTS.setdefault(size, Layout(RenderConfig(font_size=size)))
+    lines = [ln for text, style in rows for ln in layout.lines(Block(f"AVAWAY To ffj {text} Ta.ff", style))][:40]
+    ours, _ = draw_page(lines, layout)
+    assert ours.tobytes() == _pillow_page(lines, layout).tobytes()
+
+
+_LAYOUTS: dict[int, Layout] = {}
+
+
+def test_the_word_cache_stays_within_its_bytes():
+    from optictx.renderers.atlas import GlyphInk
+
+    layout = Layout(RenderConfig())
+    layout.ink = GlyphInk(max_bytes=20_000)
+    lines = layout.lines(Block(" ".join(f"w{i:05d}" for i in range(3000))))[:80]
+    ours, _ = draw_page(lines, layout)
+    assert layout.ink.bytes <= 20_000 and ours.tobytes() == _pillow_page(lines, layout).tobytes()

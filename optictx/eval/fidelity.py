@@ -27,8 +27,8 @@ from typing import Any
 
 from ..cost import CostModel, get_cost_model
 from ..errors import ConfigError, ConversationFileError, need
-from ..io import read_jsonl
 from ..images import PageImages
+from ..io import read_jsonl
 from ..packer import Packer, Page
 from ..readers import CachedReader, char_accuracy, normalize
 from ..renderers import Block, Layout, RenderConfig
