@@ -97,9 +97,12 @@ def line_boxes(lines: Sequence[Line], layout: Layout) -> list[LineBox]:
     Raises RenderError when the lines do not fit on one page."""
     cfg = layout.config
     side = _SIDE_INK + cfg.stroke
-    return [LineBox(line.text, line.style,
-                    (max(0, x - side), y, min(cfg.size, x + cfg.text_width + side),
-                     min(cfg.size, y + (max(line.height, layout.ink_bottom(line.style)) if line.text else line.height))))
+
+    def reach(line: Line) -> int:
+        return max(line.height, layout.ink_bottom(line.style)) if line.text else line.height
+
+    return [LineBox(line.text, line.style, (max(0, x - side), y, min(cfg.size, x + cfg.text_width + side),
+                                            min(cfg.size, y + reach(line))))
             for line, (x, y) in zip(lines, _places(lines, cfg))]
 
 
