@@ -252,3 +252,20 @@ def test_a_missing_turn_row_is_reported_not_skipped(tmp_path, sample):
         db.execute("DELETE FROM turns WHERE id = 7")
     with pytest.raises(StoreError, match=r"mem\.db.*turn 7 is missing"):
         Memory.open(path)
+
+
+def test_pages_with_collapsed_whitespace_reopen_the_same(tmp_path):
+    # Blank-line runs, trailing blanks and carriage returns are left off the page, not the
+    # transcript: a reopened memory restores the same pages and draws the same pixels.
+    path = tmp_path / "mem.db"
+    noisy = "$ make   \r\n\r\n\r\nbuilding 10%\rbuilding 100%\n\n\n\n" + "ok  \n\n" * 20
+    mem = Memory(store=path, keep_recent=2, verbatim=False)
+    for i in range(40):
+        mem.add({"role": "user" if i % 2 else "assistant", "content": f"{i} {noisy}"})
+    pages = [(p.digest, p.text) for p in mem.pages if p.sealed]
+    images = [mem.images.master(p).tobytes() for p in mem.pages if p.sealed]
+    mem.close()
+    again = Memory.open(path)
+    assert [(p.digest, p.text) for p in again.pages if p.sealed] == pages
+    assert [again.images.master(p).tobytes() for p in again.pages if p.sealed] == images
+    assert [t.content for t in again.transcript()] == [f"{i} {noisy}" for i in range(40)]
