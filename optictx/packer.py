@@ -113,7 +113,7 @@ def _page_from_blob(blob: str, index: int, style: str) -> Page:
     body = json.loads(blob)
     entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n))
                     for tid, style_, height, n, text in body["lines"])
-    if not entries or any(e.line.style not in ("header", "text", "code") for e in entries):
+    if not entries or any(e.line.style not in ("header", "text", "code", "rule") for e in entries):
         raise ConfigError(f"stored page {index} is malformed")
     return Page(index, entries, True, style, int(body["tokens"]))
 

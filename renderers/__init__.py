@@ -3,9 +3,10 @@
 from .config import RenderConfig
 from .draw import Columns, LineBox, RenderError, draw_page, line_boxes
 from .fonts import FontError, FontSet
-from .layout import Block, Layout, Line, Style, displayable
+from .layout import RULE, Block, Layout, Line, Style, displayable
 
 __all__ = [
+    "RULE",
     "Block",
     "Columns",
     "FontError",

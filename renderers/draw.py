@@ -115,7 +115,10 @@ def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[
     for line, (x, y) in zip(lines, _places(lines, cfg)):
         if line.style == "header":
             draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
-        if line.text:
+        if line.style == "rule":  # a rule line's run of dashes, drawn as what it is
+            mid = y + line.height // 2
+            draw.rectangle((x, mid - 1, x + cfg.text_width, mid), fill=96)
+        elif line.text:
             _draw_runs(img, draw, (x, y + layout.text_top(line.style)), line.text, layout.chain(line.style),
                        cfg.stroke, layout.ink)
     return img, boxes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
@@ -10,8 +11,13 @@ from .atlas import GlyphInk
 from .config import RenderConfig
 from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
 
-Style = Literal["header", "text", "code"]
+Style = Literal["header", "text", "code", "rule"]
 ELLIPSIS = "\u2026"
+# A source line that is only a long run of one rule character is decoration: it is drawn as a
+# rule across the column, half a line high, and its text on the page is RULE (the run's exact
+# length stays in the transcript).
+RULE = "\u2500" * 4
+_RULE_LINE = re.compile(r" *([-=_~*#\u2500\u2501\u2550])\1{7,} *")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +30,7 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One laid-out line; `text` is exactly the characters drawn."""
+    """One laid-out line; `text` is exactly the characters drawn (a drawn rule's is `RULE`)."""
 
     text: str
     style: Style
@@ -179,6 +185,8 @@ class Layout:
     def ink_bottom(self, style: Style) -> int:
         """How far below the top of its line a line's glyphs can reach: underscores and descenders
         hang below the line pitch (by 2 px at the defaults), and a fallback face may reach further."""
+        if style == "rule":
+            return self.config.line_height // 2
         reach = max(sum(face.font.getmetrics()) for face in self.chain(style).faces)
         return self.text_top(style) + reach + self.config.stroke
 
@@ -191,11 +199,16 @@ class Layout:
             head = displayable(" ".join(paras), m.chain)
             return [Line(self._truncate(head, m, max_w), "header", cfg.header_height)]
         wrap = wrap_code if block.style == "code" else wrap_prose
-        out: list[str] = []
+        half = cfg.line_height // 2
+        out: list[Line] = []
         for para in paras:
-            out.extend(wrap(displayable(para, m.chain), m, max_w) if para else [""])
-        blank = cfg.line_height // 2
-        return [Line(t, block.style, cfg.line_height if t else blank) for t in out]
+            if not para:
+                out.append(Line("", block.style, half))
+            elif _RULE_LINE.fullmatch(para):
+                out.append(Line(RULE, "rule", half))
+            else:
+                out.extend(Line(t, block.style, cfg.line_height) for t in wrap(displayable(para, m.chain), m, max_w))
+        return out
 
     @staticmethod
     def _truncate(text: str, m: Measurer, max_w: float) -> str:

@@ -126,7 +126,9 @@ def _pillow_page(lines, layout):
     for line, (x, y) in zip(lines, _places(lines, cfg)):
         if line.style == "header":
             draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
-        if line.text:
+        if line.style == "rule":
+            draw.rectangle((x, y + line.height // 2 - 1, x + cfg.text_width, y + line.height // 2), fill=96)
+        elif line.text:
             draw.text((x, y + layout.text_top(line.style)), line.text, font=layout.chain(line.style).faces[0].font,
                       fill=0)
     return img
@@ -141,9 +143,9 @@ def test_glyph_masks_draw_the_same_pixels_as_pillow_on_every_corpus():
         layout = Layout(cfg)
         for name, turns in corpora().items():
             packer = Packer(layout, get_tokenizer(), 1000)
-            for turn in turns[:40]:
+            for turn in turns[:60]:
                 packer.add(turn)
-            for page in packer.sealed[:4]:
+            for page in packer.sealed[:8]:
                 assert all(ln.text.isascii() for ln in page.lines)
                 ours, _ = draw_page(page.lines, layout)
                 assert ours.tobytes() == _pillow_page(page.lines, layout).tobytes(), (name, page.index)
@@ -175,3 +177,21 @@ def test_the_word_cache_stays_within_its_bytes():
     lines = layout.lines(Block(" ".join(f"w{i:05d}" for i in range(3000))))[:80]
     ours, _ = draw_page(lines, layout)
     assert layout.ink.bytes <= 20_000 and ours.tobytes() == _pillow_page(lines, layout).tobytes()
+
+
+def test_a_line_of_rule_characters_is_drawn_as_a_rule():
+    from optictx.renderers import RULE
+
+    cfg = LAYOUT.config
+    text = "Results\n" + "=" * 60 + "\n  --------  \n# ----------\n---\n" + "\u2500" * 30 + "\nend"
+    lines = LAYOUT.lines(Block(text, "code"))
+    # Only a whole line of 8 or more of one rule character is decoration; a comment or a short
+    # run is text.
+    assert [ln.text for ln in lines] == ["Results", RULE, RULE, "# ----------", "---", RULE, "end"]
+    assert [ln.style for ln in lines if ln.text == RULE] == ["rule"] * 3
+    assert all(ln.height == cfg.line_height // 2 for ln in lines if ln.style == "rule")
+    img, boxes = draw_page(lines, LAYOUT)
+    x0, y0, x1, y1 = boxes[1].box
+    band = img.crop((x0, y0, x1, y1))
+    assert band.getextrema()[0] < 128 and band.resize((1, 1), 2).getpixel((0, 0)) > 200  # a thin line
+    assert img.crop(boxes[0].box).getextrema()[0] < 64  # text is drawn as text
