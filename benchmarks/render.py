@@ -29,7 +29,8 @@ def bare_pillow(lines, layout: Layout) -> Image.Image:
     draw = ImageDraw.Draw(img)
     y = cfg.margin
     for line in lines:
-        draw.text((cfg.margin, y), line.text, font=fonts[line.style], fill=0)
+        if line.style != "rule":  # a drawn rule is not text: the floor draws nothing for it
+            draw.text((cfg.margin, y), line.text, font=fonts[line.style], fill=0)
         y += line.height
     return img
 
