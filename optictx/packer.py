@@ -212,7 +212,8 @@ class Packer:
     `key`), so a reopen need not lay out sealed pages again, and replays turns from where they stop.
     """
 
-    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int = 1000) -> None:
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int | None = None) -> None:
+        tokens_per_page = layout.config.tokens_per_page if tokens_per_page is None else tokens_per_page
         if not MIN_TOKENS_PER_PAGE <= tokens_per_page <= MAX_TOKENS_PER_PAGE:
             raise ConfigError(f"tokens_per_page={tokens_per_page} is out of range "
                               f"[{MIN_TOKENS_PER_PAGE}, {MAX_TOKENS_PER_PAGE}]")

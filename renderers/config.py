@@ -26,7 +26,7 @@ class RenderConfig(BaseModel):
 
     size: int = Field(1280, ge=256, le=4096, description="master page side in px (square)")
     margin: int = Field(24, ge=0, le=256)
-    # 21 px fills a 1000-token prose page and still reads at SMALL (BENCHMARKS.md, "Text density").
+    # 21 px fills a ~1000-token prose page and still reads at SMALL and TINY (BENCHMARKS.md, "Text density").
     font_size: int = Field(21, ge=6, le=96, description="body and code text, px at master size")
     header_size: int = Field(17, ge=6, le=96)
     line_spacing: float = Field(1.18, ge=1.0, le=3.0, description="line pitch / font size")
@@ -45,13 +45,15 @@ class RenderConfig(BaseModel):
         "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
     )
-    # Two columns: measured at 21 px, prose reads the same and code and tool output pack 55-62%
-    # denser and read better (BENCHMARKS.md, "Two columns").
-    columns: int = Field(2, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
+    # Three columns: at 21 px real agent sessions pack 11% more per page than with two, code
+    # 18%, tool output 33%, prose 5%, and both readers read them as well (BENCHMARKS.md, "Columns").
+    columns: int = Field(3, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
     # describes a whole page design, and the page digest covers it.
-    tokens_per_page: int = Field(1000, ge=16, le=100_000, description="text tokens a page holds at most")
+    # 1050: the most at which a page of prose is still full at 21 px (three columns hold ~1,090),
+    # so the font stays the one fitted to the density.
+    tokens_per_page: int = Field(1050, ge=16, le=100_000, description="text tokens a page holds at most")
 
     @property
     def line_height(self) -> int:
