@@ -45,8 +45,9 @@ class RenderConfig(BaseModel):
         "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
     )
-    # Three columns: at 21 px real agent sessions pack 11% more per page than with two, code
-    # 18%, tool output 33%, prose 5%, and both readers read them as well (BENCHMARKS.md, "Columns").
+    # Three columns: at 21 px real agent sessions pack ~10% more per page than with two, code
+    # ~19%, tool output ~34%, prose 5%, and both readers read them as well (BENCHMARKS.md,
+    # "Three columns, 1,050 tokens per page").
     columns: int = Field(3, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
