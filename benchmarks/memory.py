@@ -1,7 +1,7 @@
 """Memory costs: building a 100k-token memory vs the rendering floor, context() latency on
 1,000 sealed pages, and the cost of one more add as history grows.
 
-    python benchmarks/memory.py [--tokens 100000] [--corpus ../shared/corpora/swe-agent-ctf] [--quick]
+    python benchmarks/memory.py [--tokens 100000] [--corpus SESSIONS/swe-agent-ctf] [--quick]
 
 1. Floor: every page of the conversation drawn once by a bare Pillow loop (benchmarks/render.py's
    baseline). Ours: Memory.add turn by turn, context() under a budget that keeps every page as an

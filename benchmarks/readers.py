@@ -3,7 +3,7 @@ the renderer's line boxes, on pages of prose, the shipped synthetic agent sample
 --corpus, real agent sessions (OpenAI-style JSONL files). Character accuracy against the page's
 own text, and wall ms per page (both readers on the same 2 cores, one after the other).
 
-    python benchmarks/readers.py --corpus ../shared/corpora/swe-agent-ctf [--pages 4]
+    python benchmarks/readers.py --corpus SESSIONS/swe-agent-ctf [--pages 4]
 """
 
 from __future__ import annotations

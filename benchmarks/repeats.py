@@ -1,6 +1,6 @@
 """How much of a session's page text repeats what the same session already showed.
 
-    python benchmarks/repeats.py [--corpus ../shared/corpora/swe-agent-ctf ...]
+    python benchmarks/repeats.py [--corpus SESSIONS/swe-agent-ctf ...]
 
 Each session is packed onto pages with the default render config, and every drawn line that is
 not a role header, a rule or blank (and has at least `--min-chars` characters, so `}` and

@@ -11,7 +11,7 @@
 4. rps: requests per second, 8 concurrent clients on follow-ups of their own conversations.
 
     python benchmarks/serve.py                       # all three (about 5 minutes on 2 cores)
-    python benchmarks/serve.py --part tokens --corpus ../shared/corpora/swe-agent-ctf
+    python benchmarks/serve.py --part tokens --corpus SESSIONS/swe-agent-ctf
 """
 
 from __future__ import annotations
