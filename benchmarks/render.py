@@ -36,7 +36,7 @@ def bare_pillow(lines, layout: Layout) -> Image.Image:
 
 
 def pages_of(turns, layout: Layout, n: int):
-    packer = Packer(layout, get_tokenizer(), tokens_per_page=1000)
+    packer = Packer(layout, get_tokenizer())  # the render config's tokens per page
     for t in turns:
         packer.add(t)
         if len(packer.sealed) >= n:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from optictx.eval.fidelity import agent_turns, jsonl_corpus
+from optictx.eval.fidelity import agent_turns, corpora, corpus_name, jsonl_corpus
 from optictx.packer import Packer
 from optictx.renderers import Layout, RenderConfig
-from optictx.sample import prose_corpus
 from optictx.tokens import get_tokenizer
 from optictx.turns import Turn
 
@@ -35,14 +34,14 @@ class Tally:
     repeated: int = 0
     in_blocks: int = 0
     pages: int = 0
-    back: list[int] | None = None  # pages between a block's line and its earlier copy
+    back: list[int] = field(default_factory=list)  # pages between a block's line and its earlier copy
 
     def add(self, other: Tally) -> None:
         self.tokens += other.tokens
         self.repeated += other.repeated
         self.in_blocks += other.in_blocks
         self.pages += other.pages
-        self.back = (self.back or []) + (other.back or [])
+        self.back += other.back
 
 
 def session_tally(turns: Sequence[Turn], min_chars: int, min_block: int) -> Tally:
@@ -52,13 +51,13 @@ def session_tally(turns: Sequence[Turn], min_chars: int, min_block: int) -> Tall
         packer.add(t)
     pages = [*packer.sealed, *packer.preview()]
     seen: dict[str, int] = {}  # line text -> the last page that drew it
-    tally, back = Tally(pages=len(pages)), []
+    tally = Tally(pages=len(pages))
     run: list[tuple[int, int]] = []  # (tokens, pages back) of the current run of repeated lines
 
     def close_run() -> None:
         if len(run) >= min_block:
             tally.in_blocks += sum(n for n, _ in run)
-            back.extend(b for _, b in run)
+            tally.back.extend(b for _, b in run)
         run.clear()
 
     for page in pages:
@@ -75,7 +74,6 @@ def session_tally(turns: Sequence[Turn], min_chars: int, min_block: int) -> Tall
                 close_run()
             seen[text] = page.index
     close_run()
-    tally.back = back
     return tally
 
 
@@ -83,11 +81,10 @@ def corpus_sessions(spec: str) -> list[list[Turn]]:
     """One list of turns per session: a folder's .jsonl files are separate sessions."""
     if spec == "sample":
         return [agent_turns()]
-    if spec == "prose":
-        return [[Turn(role="user", content=t, id=i) for i, t in enumerate(prose_corpus())]]
     path = Path(spec)
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    return [jsonl_corpus(f) for f in files]
+    if path.is_dir():
+        return [jsonl_corpus(f) for f in sorted(path.glob("*.jsonl"))]
+    return list(corpora([spec]).values())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -107,9 +104,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             total.add(session_tally(turns, args.min_chars, args.min_block))
         back = total.back or [0]
         same, near = sum(b == 0 for b in back) / len(back), sum(0 < b <= 7 for b in back) / len(back)
-        name = spec if spec in ("sample", "prose") else Path(spec.rstrip("/")).stem
-        print(f"| {name} | {len(sessions)} | {total.pages} | {total.tokens:,} | {total.repeated / total.tokens:.1%} | "
-              f"{total.in_blocks / total.tokens:.1%} | {same:.0%} | {near:.0%} | {1 - same - near:.0%} |")
+        print(f"| {corpus_name(spec)} | {len(sessions)} | {total.pages} | {total.tokens:,} | "
+              f"{total.repeated / total.tokens:.1%} | {total.in_blocks / total.tokens:.1%} | "
+              f"{same:.0%} | {near:.0%} | {1 - same - near:.0%} |")
 
 
 if __name__ == "__main__":
