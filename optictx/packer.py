@@ -23,7 +23,7 @@ MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE = 16, 65_536  # a page holds ~1,000 at 
 
 # Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
 # by an older optictx are re-packed instead of mixed with new ones.
-PACK_VERSION = 2
+PACK_VERSION = 3
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
 

@@ -50,6 +50,8 @@ class RenderConfig(BaseModel):
     # "Three columns, 1,050 tokens per page").
     columns: int = Field(3, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
+    compact_json: bool = Field(True, description="draw multi-line JSON documents with no layout whitespace, "
+                               "breaking lines between items")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
     # describes a whole page design, and the page digest covers it.
     # 1050: the most at which a page of prose is still full at 21 px (three columns hold ~1,090),

@@ -10,6 +10,7 @@ from typing import Literal
 from .atlas import GlyphInk
 from .config import RenderConfig
 from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
+from .jsonwrap import json_items
 
 Style = Literal["header", "text", "code", "rule"]
 ELLIPSIS = "\u2026"
@@ -145,6 +146,24 @@ def wrap_code(line: str, m: Measurer, max_w: float) -> list[str]:
     return _break_word(line, m, max_w)
 
 
+def wrap_items(items: list[str], m: Measurer, max_w: float) -> list[str]:
+    """Greedy fill that breaks between items; an item wider than a whole line carries on from
+    where the line is and is broken by character."""
+    lines: list[str] = []
+    cur = ""
+    for item in items:
+        if m.width(cur + item.rstrip(" ")) <= max_w:
+            cur += item
+        elif m.width(item.rstrip(" ")) <= max_w:
+            lines.append(cur.rstrip(" "))
+            cur = item
+        else:
+            *full, cur = _break_word(cur + item, m, max_w)
+            lines.extend(full)
+    lines.append(cur.rstrip(" "))
+    return [ln for ln in lines if ln]
+
+
 def paragraphs(text: str, tab_width: int) -> list[str]:
     """The source lines a block draws, without the whitespace that carries no meaning: line ends
     (a lone CR, as a terminal's progress line writes it, is one too), trailing blanks, blank
@@ -198,6 +217,9 @@ class Layout:
         if block.style == "header":
             head = displayable(" ".join(paras), m.chain)
             return [Line(self._truncate(head, m, max_w), "header", cfg.header_height)]
+        if block.style == "code" and cfg.compact_json and (items := json_items(block.text)) is not None:
+            shown = [displayable(i, m.chain) for i in items]
+            return [Line(t, "code", cfg.line_height) for t in wrap_items(shown, m, max_w)]
         wrap = wrap_code if block.style == "code" else wrap_prose
         half = cfg.line_height // 2
         out: list[Line] = []

@@ -195,3 +195,44 @@ def test_a_line_of_rule_characters_is_drawn_as_a_rule():
     band = img.crop((x0, y0, x1, y1))
     assert band.getextrema()[0] < 128 and band.resize((1, 1), 2).getpixel((0, 0)) > 200  # a thin line
     assert img.crop(boxes[0].box).getextrema()[0] < 64  # text is drawn as text
+
+
+_DRAWN = st.characters(min_codepoint=0x20, max_codepoint=0x24F, exclude_categories=("Cc", "Cf"))  # drawn as is
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(_DRAWN, max_size=40),
+    lambda kids: st.lists(kids, max_size=6) | st.dictionaries(st.text(_DRAWN, max_size=12), kids, max_size=6),
+    max_leaves=30)
+
+
+def _pairs(text):
+    import json
+
+    return json.loads(text, object_pairs_hook=list)  # keeps key order and duplicate keys
+
+
+@settings(max_examples=60, deadline=None)
+@given(_JSON, st.sampled_from([1, 2, 4]))
+def test_pretty_json_is_drawn_compact_and_keeps_every_token(value, indent):
+    import json
+
+    source = json.dumps(value, indent=indent, ensure_ascii=False)
+    lines = LAYOUT.lines(Block(source, "code"))
+    drawn = "".join(ln.text for ln in lines)
+    if "\n" in source:  # a multi-line document: joined, its lines are the same JSON, written compactly
+        assert _pairs(drawn) == _pairs(source)
+        assert len(lines) <= source.count("\n") + 1
+    m = LAYOUT._m["code"]
+    assert all(m.width(ln.text) <= LAYOUT.config.text_width for ln in lines)
+
+
+def test_compact_json_breaks_between_items_and_leaves_other_code_alone():
+    text = '{\n  "id": "cus_5f301850c5",\n  "qty": 10,\n  "dup": 1,\n  "dup": 2.50,\n  "big": 1e5\n}'
+    lines = [ln.text for ln in LAYOUT.lines(Block(text, "code"))]
+    assert lines == ['{"id": "cus_5f301850c5",', '"qty": 10, "dup": 1, "dup":', '2.50, "big": 1e5}']
+    # Numbers keep their spelling and duplicate keys stay: only whitespace changed.
+    pretty = Layout(RenderConfig(compact_json=False)).lines(Block(text, "code"))
+    assert [ln.text for ln in pretty][1] == '  "id": "cus_5f301850c5",'
+    # Not JSON, one line of JSON, and JSON nested past the parser's depth are drawn as they are.
+    plain = Layout(RenderConfig(compact_json=False))
+    for other in ('{\n  "a": 1,\n}', '{"a":  1}', "[" * 100_000 + "\n" + "]" * 100_000, "def f():\n    return {}"):
+        assert LAYOUT.lines(Block(other, "code")) == plain.lines(Block(other, "code"))
