@@ -1,57 +1,49 @@
-"""How many pages each corpus fills under one render config against another (no reader).
+"""Text density vs legibility: how many tokens a page may hold and still be read at SMALL.
 
-    python benchmarks/density.py [--corpus sample tool SESSIONS/swe-agent-ctf ...] [--render a.json [b.json]]
+For each density (cl100k tokens per page) the font is the largest whose page holds that many
+tokens of prose, so a page is always full. Tesseract then reads pages at SMALL (640 px, the
+DeepSeek-OCR 100-token mode) and TINY (512 px), on two corpora: prose (the docstrings of the
+Python standard library, offline everywhere) and the shipped agent conversation (code, JSON,
+logs). Reports character accuracy (whitespace and typographic quotes folded).
 
-Every session of a corpus is packed from scratch; reported per config: sealed pages, and the
-mean cl100k tokens of the text those pages draw. A layout that drops whitespace draws fewer
-tokens for the same turns, so fewer pages for the same conversation is the figure that counts.
-`--render` takes one or two RenderConfig JSON files (fields not given keep their defaults); with
-one, it is compared against the defaults.
+    python benchmarks/density.py [--pages 5] [--densities 800 1000 1200 1400 1600]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from collections.abc import Sequence
-from pathlib import Path
 
-from repeats import corpus_sessions
-
-from optictx.eval.fidelity import corpus_name
-from optictx.packer import Packer
-from optictx.renderers import Layout, RenderConfig
+from optictx.eval.fidelity import agent_turns, font_for_density, full_pages
+from optictx.eval.fidelity import corpora as corpora_of
+from optictx.images import PageImages
+from optictx.readers import TesseractReader, char_accuracy
+from optictx.renderers import RenderConfig
+from optictx.tiers import Tier
 from optictx.tokens import get_tokenizer
 
 
-def pages_of(sessions: Sequence[Sequence], config: RenderConfig) -> tuple[int, float]:
-    """Sealed pages over all sessions, and their mean drawn tokens."""
-    tok, layout, counts = get_tokenizer(), Layout(config), []
-    for turns in sessions:
-        packer = Packer(layout, tok)
-        for turn in turns:
-            packer.add(turn)
-        counts.extend(tok.count(p.text) for p in packer.sealed)
-    return len(counts), statistics.mean(counts) if counts else 0.0
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", nargs="+", default=["sample", "tool", "code", "prose"])
-    ap.add_argument("--render", nargs="+", default=[], metavar="JSON", help="one or two RenderConfig files")
-    args = ap.parse_args(argv)
-    configs = [RenderConfig.model_validate(json.loads(Path(p).read_text())) for p in args.render[:2]]
-    names = [Path(p).stem for p in args.render[:2]]
-    if len(configs) < 2:
-        configs.insert(0, RenderConfig())
-        names.insert(0, "defaults")
-    print(f"| corpus | pages ({names[0]} -> {names[1]}) | drawn tokens per page |")
-    print("|---|---:|---:|")
-    for spec in args.corpus:
-        sessions = corpus_sessions(spec)
-        (a, ta), (b, tb) = (pages_of(sessions, c) for c in configs)
-        print(f"| {corpus_name(spec)} | {a} -> {b} ({b / a - 1:+.0%}) | {ta:.0f} -> {tb:.0f} |")
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pages", type=int, default=5)
+    ap.add_argument("--densities", type=int, nargs="+", default=[800, 1000, 1200, 1400, 1600])
+    args = ap.parse_args()
+    reader, tok = TesseractReader(), get_tokenizer()
+    corpora = {"prose": corpora_of()["prose"], "agent": agent_turns()}
+    print("| tokens/page | font px | corpus | tokens/page seen | SMALL acc (min) | TINY acc (min) |")
+    print("|---:|---:|---|---:|---|---|")
+    for tpp in args.densities:
+        size = font_for_density(tpp)
+        for name, turns in corpora.items():
+            layout, pages = full_pages(RenderConfig(font_size=size), turns, args.pages, tpp)
+            images = PageImages(layout)
+            acc = {}
+            for tier in (Tier.SMALL, Tier.TINY):
+                got = images.read(reader, pages, tier)
+                acc[tier] = [char_accuracy(p.text, g) for p, g in zip(pages, got)]
+            seen = statistics.mean(tok.count(p.text) for p in pages)
+            cells = " | ".join(f"{statistics.mean(a):.2%} ({min(a):.2%})" for a in acc.values())
+            print(f"| {tpp} | {size} | {name} | {seen:.0f} | {cells} |", flush=True)
 
 
 if __name__ == "__main__":
