@@ -1,25 +1,26 @@
 """Pretty-printed JSON drawn compact: one key per row wastes most of a column.
 
 Only whitespace between JSON tokens changes, which JSON gives no meaning: every string, number
-and key stays as written (no parse-and-dump, which would rewrite `1e5`, drop duplicate keys and
-reorder nothing but still lose the source's spelling). The transcript keeps the original bytes.
+and key stays as written (a parse-and-dump would rewrite `1e5` and drop duplicate keys). The
+transcript keeps the original bytes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
-_OPEN = "{["
-_SPACE = " \t\r\n"
+# A JSON string (escapes included), one break-point mark, or a run of anything else but blanks
+# (numbers, literals, closing brackets): the whitespace between them is what goes.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[,:{\[]|[^\s",:{\[]+')
 _SEPARATOR = {":": ": ", ",": ", "}
-_BREAK_AFTER = frozenset(",:{[")
 
 
 def json_items(text: str) -> list[str] | None:
     """A multi-line JSON object or array as compact items, split where a line may break: after
     each `, `, `: `, `{` and `[`; None when `text` is not such a document."""
-    body = text.strip(_SPACE)
-    if "\n" not in body or not body or body[0] not in _OPEN:
+    body = text.strip()
+    if "\n" not in body or body[0] not in "{[":
         return None
     try:
         json.loads(body)
@@ -27,25 +28,10 @@ def json_items(text: str) -> list[str] | None:
         return None
     items: list[str] = []
     cur: list[str] = []
-    in_string = escaped = False
-    for ch in body:
-        if in_string:
-            cur.append(ch)
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch in _SPACE:
-            continue  # whitespace between tokens: the separators below put back what reads well
-        elif ch == '"':
-            in_string = True
-            cur.append(ch)
-        else:
-            cur.append(_SEPARATOR.get(ch, ch))
-            if ch in _BREAK_AFTER:
-                items.append("".join(cur))
-                cur = []
+    for token in _TOKEN.findall(body):
+        cur.append(_SEPARATOR.get(token, token))
+        if token in "{[,:":  # one character: a break point (a string or a run is never one of these)
+            items.append("".join(cur))
+            cur = []
     items.append("".join(cur))
     return items

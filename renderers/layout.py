@@ -161,7 +161,7 @@ def wrap_items(items: list[str], m: Measurer, max_w: float) -> list[str]:
             *full, cur = _break_word(cur + item, m, max_w)
             lines.extend(full)
     lines.append(cur.rstrip(" "))
-    return [ln for ln in lines if ln]
+    return lines
 
 
 def paragraphs(text: str, tab_width: int) -> list[str]:
