@@ -26,7 +26,7 @@ from .plan import Snapshot, plan, safe_cuts
 from .policy import Fitter, Ladder, Policy
 from .renderers import Layout, RenderConfig
 from .settings import as_budget, as_render, check_int, from_meta, to_meta
-from .store import MemoryStore, SQLiteStore, Store
+from .store import MemoryStore, Store, open_store
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 from .turns import Turn, to_turn
@@ -131,10 +131,7 @@ class Memory:
     def _open_store(self, store: str | Path | Store | None) -> Store:
         if store is None:
             return MemoryStore()
-        if isinstance(store, (str, Path)):
-            s: Store = SQLiteStore(store)
-        else:
-            s = store
+        s = open_store(store) if isinstance(store, (str, Path)) else store
         # Pages are derived data, re-packed from the turns on open: a changed render config
         # re-renders every page instead of mixing old and new pixels.
         s.set_meta(to_meta(self))
@@ -177,7 +174,7 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path, **overrides: Any) -> Memory:
         """Reopen a memory saved with `Memory(store=path)`; keyword arguments override its settings."""
-        probe = SQLiteStore(path, create=False)
+        probe = open_store(path, create=False)
         try:
             meta = probe.get_meta()
         finally:

@@ -45,7 +45,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
     2: ("CREATE TABLE pages (key TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, "
         "PRIMARY KEY (key, idx))",),
-    3: (),  # rows written from here on start with the CRC-32 of their text (_sealed); older ones do not
+    3: (),  # rows written from here on start with the CRC-32 of their text (seal); older ones do not
 }
 
 
@@ -230,11 +230,11 @@ class SQLiteStore:
             with self._write():
                 (next_id,) = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM turns").fetchone()
                 stored = turn.model_copy(update={"id": next_id})
-                body = _dump(stored)
+                body = dump_turn(stored)
                 # Never commit what a later open could not read back. What comes back is the turn
                 # as stored: a JSON reader joins a surrogate pair written as two escapes.
-                stored = _load(body)
-                self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, _sealed(body)))
+                stored = load_turn(body)
+                self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, seal(body)))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store a turn ({exc})") from exc
         except (ValueError, RecursionError) as exc:
@@ -242,11 +242,8 @@ class SQLiteStore:
         return stored
 
     def since(self, after: int) -> list[Turn]:
-        turns = self._turns("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (after,))
-        gap = next((after + 1 + n for n, t in enumerate(turns) if t.id != after + 1 + n), None)
-        if gap is not None:  # ids are assigned gap-free: a hole means rows were lost
-            raise StoreError(f"{self.path}: corrupt turn data (turn {gap} is missing)")
-        return turns
+        return gap_free(self._turns("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (after,)), after,
+                        self.path)
 
     def get(self, ids: Iterable[int]) -> dict[int, Turn]:
         ids, out = list(ids), {}
@@ -260,19 +257,15 @@ class SQLiteStore:
         try:
             with self._lock:
                 rows = self._db.execute(sql, args).fetchall()
-            turns = [_load(_unsealed(body)) for (_, body) in rows]
-        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
+        except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: corrupt turn data ({type(exc).__name__}: {exc})"[:500]) from None
-        bad = next((i for (i, _), t in zip(rows, turns) if t.id != i), None)
-        if bad is not None:
-            raise StoreError(f"{self.path}: corrupt turn data (row {bad} holds another turn's id)")
-        return turns
+        return decode_turns(rows, self.path)
 
     def get_meta(self) -> dict[str, Any] | None:
         try:
             with self._lock:
                 row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
-            return json.loads(_unsealed(row[0])) if row else None
+            return decode_meta(row[0]) if row else None
         except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
             raise StoreError(f"{self.path}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
 
@@ -285,7 +278,7 @@ class SQLiteStore:
         try:
             with self._write():
                 self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)",
-                                 (_sealed(json.dumps(meta)),))
+                                 (seal(json.dumps(meta)),))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store settings ({exc})") from exc
 
@@ -296,22 +289,13 @@ class SQLiteStore:
                 rows = self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
         except (sqlite3.DatabaseError, ValueError):
             return []  # derived data: the caller re-packs from the turns
-        # Only a gap-free run of intact pages from page 0 is usable; later ones are re-packed.
-        out = []
-        for n, (idx, body) in enumerate(rows):
-            try:
-                if idx != n:
-                    break
-                out.append(_unsealed(body))
-            except StoreError:
-                break
-        return out
+        return intact_pages(rows)
 
     def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
         try:
             with self._write():
                 self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",
-                                     [(key, first + n, _sealed(b)) for n, b in enumerate(bodies)])
+                                     [(key, first + n, seal(b)) for n, b in enumerate(bodies)])
         except sqlite3.OperationalError:
             pass  # a cache write (read-only file, lock timeout): the pages are re-packed on next open
 
@@ -320,23 +304,79 @@ class SQLiteStore:
             self._db.close()
 
 
-def _dump(turn: Turn) -> str:
+def decode_turns(rows: Iterable[tuple[int, Any]], where: object) -> list[Turn]:
+    """Stored (id, body) rows as turns, each checked: its CRC-32, its JSON, and that it holds its own id."""
+    rows = list(rows)
+    try:
+        turns = [load_turn(unseal(body)) for (_, body) in rows]
+    except (ValueError, TypeError, RecursionError, StoreError) as exc:
+        raise StoreError(f"{where}: corrupt turn data ({type(exc).__name__}: {exc})"[:500]) from None
+    bad = next((i for (i, _), t in zip(rows, turns) if t.id != i), None)
+    if bad is not None:
+        raise StoreError(f"{where}: corrupt turn data (row {bad} holds another turn's id)")
+    return turns
+
+
+def gap_free(turns: list[Turn], after: int, where: object) -> list[Turn]:
+    """`turns` (those after `after`), checked to be after+1, after+2, ...: ids are assigned
+    gap-free, so a hole means rows were lost."""
+    gap = next((after + 1 + n for n, t in enumerate(turns) if t.id != after + 1 + n), None)
+    if gap is not None:
+        raise StoreError(f"{where}: corrupt turn data (turn {gap} is missing)")
+    return turns
+
+
+def intact_pages(rows: Iterable[tuple[int, Any]]) -> list[str]:
+    """Stored (index, body) page rows in order: only a gap-free run of intact pages from page 0 is
+    usable; later ones are re-packed."""
+    out = []
+    for n, (idx, body) in enumerate(rows):
+        try:
+            if idx != n:
+                break
+            out.append(unseal(body))
+        except StoreError:
+            break
+    return out
+
+
+def decode_meta(body: Any) -> dict[str, Any]:
+    meta = json.loads(unseal(body))
+    if not isinstance(meta, dict):
+        raise StoreError(f"settings are a {type(meta).__name__}, not an object")
+    return meta
+
+
+def is_postgres(spec: object) -> bool:
+    return isinstance(spec, str) and spec.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(spec: str | Path, *, create: bool = True) -> Store:
+    """The store at `spec`: a PostgreSQL URL (`postgresql://...`, see pgstore.py) or a SQLite file path."""
+    if is_postgres(spec):
+        from .pgstore import PostgresStore  # psycopg is an extra: optictx[postgres]
+
+        return PostgresStore(spec, create=create)
+    return SQLiteStore(spec, create=create)
+
+
+def dump_turn(turn: Turn) -> str:
     # ensure_ascii: lone surrogates survive as \ud800 escapes instead of failing to encode. No
     # default=: turns hold JSON data only (turns.check_json), anything else is a bug to surface.
     return json.dumps(turn.model_dump(mode="python"), ensure_ascii=True)
 
 
-def _load(body: str) -> Turn:
+def load_turn(body: str) -> Turn:
     # json.loads, not pydantic's parser: only the stdlib one accepts lone-surrogate escapes.
     return Turn.model_validate(json.loads(body))
 
 
-def _sealed(text: str) -> str:
+def seal(text: str) -> str:
     """`text` prefixed with its CRC-32 (8 hex digits): a flipped byte is found on read."""
     return f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}{text}"
 
 
-def _unsealed(body: str) -> str:
+def unseal(body: str) -> str:
     """The text of a stored row, its CRC-32 checked (rows of schema 2 and older start with '{'
     and carry none). StoreError when damaged (callers add the file's name)."""
     if not isinstance(body, str):

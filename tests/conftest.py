@@ -67,3 +67,47 @@ def conversations(draw, max_events: int = 30) -> list[dict]:
             for i in ids:
                 msgs.append({"role": "tool", "tool_call_id": i, "content": draw(_words)})
     return msgs
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """A throwaway PostgreSQL cluster for the session (tests/pgcluster.py), or a skip saying why."""
+    from pgcluster import Cluster, binaries
+
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed: pip install 'optictx[postgres]'")
+    if binaries() is None:
+        pytest.skip("no PostgreSQL server installed (initdb, postgres): make test installs Debian's postgresql "
+                    "as root")
+    with Cluster() as cluster:
+        yield cluster
+
+
+class Backend:
+    """Where a test's memories live: SQLite files in its folder, or PostgreSQL memories under a
+    tenant of its own (so tests never see each other's memories)."""
+
+    def __init__(self, kind: str, folder, cluster=None) -> None:
+        import uuid
+
+        self.kind, self.folder, self.cluster = kind, folder, cluster
+        self.tenant = uuid.uuid4().hex[:12]
+
+    def spec(self, name: str = "mem") -> str:
+        if self.kind == "sqlite":
+            return str(self.folder / f"{name}.db")
+        return self.cluster.url(memory=name, tenant=self.tenant)
+
+    def __repr__(self) -> str:
+        return self.kind
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path) -> Backend:
+    """Each store test runs on both backends: one suite, one contract."""
+    if request.param == "sqlite":
+        return Backend("sqlite", tmp_path)
+    return Backend("postgres", tmp_path, request.getfixturevalue("pg"))

@@ -1,8 +1,8 @@
-"""A writer process for the durability and concurrency tests: adds turns to a SQLite memory and
+"""A writer process for the durability and concurrency tests: adds turns to a stored memory and
 prints "ready" once the memory is open, then one line per acknowledged turn ("TAG I ID"), flushed,
 only after `add` (or its batch) returns.
 
-    python tests/store_worker.py PATH TAG COUNT [BATCH]
+    python tests/store_worker.py STORE TAG COUNT [BATCH]     (STORE: a SQLite path or a PostgreSQL URL)
 """
 
 from __future__ import annotations

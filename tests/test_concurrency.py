@@ -76,19 +76,22 @@ def _threads(store, writers: int, count: int) -> None:
     assert not errors, errors[0]
     assert snapshots[0] > 0
     _check_order(mem, writers, count)
-    if store is not None:  # the file holds the same memory the threads built
+    if store is not None:  # the store holds the same memory the threads built
         again = Memory.open(store)
         assert [p.digest for p in again.pages] == [p.digest for p in mem.pages]
 
 
-@pytest.mark.parametrize("on_disk", [False, True])
-def test_threads_adding_and_reading_at_once(tmp_path, on_disk):
-    _threads(tmp_path / "mem.db" if on_disk else None, writers=8, count=40)
+def test_threads_adding_and_reading_at_once_in_process():
+    _threads(None, writers=8, count=40)
 
 
-def _processes(path: Path, writers: int, count: int) -> None:
+def test_threads_adding_and_reading_at_once(backend):
+    _threads(backend.spec(), writers=8, count=40)
+
+
+def _processes(path: str, writers: int, count: int) -> None:
     Memory(store=path, budget=BUDGET, keep_recent=3).close()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(path), f"p{k}", str(count)],
+    procs = [subprocess.Popen([sys.executable, str(WORKER), path, f"p{k}", str(count)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(writers)]
     reader = Memory.open(path)
     contexts = 0
@@ -105,16 +108,20 @@ def _processes(path: Path, writers: int, count: int) -> None:
     assert contexts > 0
 
 
-def test_processes_adding_to_one_file(tmp_path):
-    _processes(tmp_path / "mem.db", writers=4, count=40)
+def test_processes_adding_to_one_memory(backend):
+    _processes(backend.spec(), writers=4, count=40)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("on_disk", [False, True])
-def test_8_threads_x_1000_adds(tmp_path, on_disk):
-    _threads(tmp_path / "mem.db" if on_disk else None, writers=8, count=1000)
+def test_8_threads_x_1000_adds_in_process():
+    _threads(None, writers=8, count=1000)
 
 
 @pytest.mark.slow
-def test_4_processes_x_1000_adds(tmp_path):
-    _processes(tmp_path / "mem.db", writers=4, count=1000)
+def test_8_threads_x_1000_adds(backend):
+    _threads(backend.spec(), writers=8, count=1000)
+
+
+@pytest.mark.slow
+def test_4_processes_x_1000_adds(backend):
+    _processes(backend.spec(), writers=4, count=1000)

@@ -8,8 +8,8 @@ from optictx.renderers import Layout
 from optictx.store import _APP_ID, SCHEMA_VERSION
 
 
-def test_sqlite_memory_reopens_with_ids_settings_and_same_context(tmp_path, sample):
-    path = tmp_path / "mem.db"
+def test_a_stored_memory_reopens_with_ids_settings_and_same_context(backend, sample):
+    path = backend.spec("mem")
     mem = Memory(store=path, budget=Budget(tokens=5000), keep_recent=3, vision="anthropic", sticky_tiers=True)
     for m in sample[:80]:
         mem.add(m)
@@ -23,8 +23,8 @@ def test_sqlite_memory_reopens_with_ids_settings_and_same_context(tmp_path, samp
     assert again.add({"role": "user", "content": "next"}).id == 80
 
 
-def test_hostile_text_survives_the_store(tmp_path):
-    path = tmp_path / "m.db"
+def test_hostile_text_survives_the_store(backend):
+    path = backend.spec("m")
     mem = Memory(store=path)
     text = "nul\x00 lone\ud800 rtl\u202e emoji 🙂 <|endoftext|>"
     mem.add({"role": "user", "content": text})
@@ -51,8 +51,8 @@ def _memory(path, sample, n=120, **kw):
     return mem
 
 
-def test_reopen_restores_stored_pages_instead_of_laying_turns_out_again(tmp_path, sample, monkeypatch):
-    path = tmp_path / "mem.db"
+def test_reopen_restores_stored_pages_instead_of_laying_turns_out_again(backend, sample, monkeypatch):
+    path = backend.spec("mem")
     mem = _memory(path, sample)
     sealed = [p.digest for p in mem.pages if p.sealed]
     assert len(sealed) >= 10
@@ -102,8 +102,8 @@ def test_changed_render_config_re_renders_pages_and_forgets_the_old_ones(tmp_pat
     assert len(keys) == 1 and "columns" not in keys.pop()  # one key: the new settings' pages only
 
 
-def test_a_larger_keep_recent_on_reopen_keeps_stored_pages_whole(tmp_path, sample):
-    path = tmp_path / "mem.db"
+def test_a_larger_keep_recent_on_reopen_keeps_stored_pages_whole(backend, sample):
+    path = backend.spec("mem")
     sealed = [p.digest for p in _memory(path, sample).pages if p.sealed]
     again = Memory.open(path, keep_recent=40)
     assert [p.digest for p in again.pages][: len(sealed)] == sealed
@@ -112,8 +112,8 @@ def test_a_larger_keep_recent_on_reopen_keeps_stored_pages_whole(tmp_path, sampl
     assert on_pages | {t.id for t in again.recent} == {t.id for t in again.transcript() if t.role != "system"}
 
 
-def test_factsheet_reads_packed_turns_back_from_the_store(tmp_path):
-    path = tmp_path / "mem.db"
+def test_factsheet_reads_packed_turns_back_from_the_store(backend):
+    path = backend.spec("mem")
     mem = Memory(store=path, budget=Budget(tokens=2000), keep_recent=1)
     for i in range(30):
         mem.add({"role": "user", "content": f"order {1_000_000 + i} shipped " + "filler words " * 60})
@@ -193,8 +193,8 @@ def test_corrupt_bytes_give_store_error_or_the_intact_transcript(tmp_path, sampl
     assert errors  # 12 random 512-byte blasts: some hit the turns
 
 
-def test_batch_is_one_transaction_rolled_back_whole_on_error(tmp_path):
-    path = tmp_path / "mem.db"
+def test_batch_is_one_transaction_rolled_back_whole_on_error(backend):
+    path = backend.spec("mem")
     mem = Memory(store=path, keep_recent=2)
     mem.add({"role": "user", "content": "before"})
     with mem.batch():
@@ -221,8 +221,8 @@ def test_batch_rolls_back_the_in_memory_store_too():
     assert [t.content for t in mem.transcript()] == ["kept"] and len(mem) == 1
 
 
-def test_turns_over_the_size_limit_are_refused_before_storing(tmp_path):
-    mem = Memory(store=tmp_path / "m.db", limits=Limits(max_turn_chars=1000))
+def test_turns_over_the_size_limit_are_refused_before_storing(backend):
+    mem = Memory(store=backend.spec("m"), limits=Limits(max_turn_chars=1000))
     with pytest.raises(TurnTooLargeError, match="max_turn_chars"):
         mem.add({"role": "user", "content": "x" * 1001})
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 2000}}
@@ -231,12 +231,12 @@ def test_turns_over_the_size_limit_are_refused_before_storing(tmp_path):
     assert len(mem) == 0 and mem.transcript() == []
 
 
-def test_a_changed_font_file_re_renders_pages(tmp_path, sample):
+def test_a_changed_font_file_re_renders_pages(backend, tmp_path, sample):
     from optictx.renderers import fonts
 
     font = tmp_path / "fallback.ttf"
     font.write_bytes(fonts.MONO.read_bytes())
-    path = tmp_path / "mem.db"
+    path = backend.spec("mem")
     before = {p.digest for p in _memory(path, sample, render=RenderConfig(fallback_fonts=(str(font),))).pages}
     font.write_bytes(fonts.SANS_BOLD.read_bytes())  # same path and settings, other glyphs
     for cached in (fonts._fontset, fonts._file_digest, fonts._coverage, fonts._truetype):
@@ -254,10 +254,10 @@ def test_a_missing_turn_row_is_reported_not_skipped(tmp_path, sample):
         Memory.open(path)
 
 
-def test_pages_with_collapsed_whitespace_reopen_the_same(tmp_path):
+def test_pages_with_collapsed_whitespace_reopen_the_same(backend):
     # Blank-line runs, trailing blanks and carriage returns are left off the page, not the
     # transcript: a reopened memory restores the same pages and draws the same pixels.
-    path = tmp_path / "mem.db"
+    path = backend.spec("mem")
     noisy = "$ make   \r\n\r\n\r\nbuilding 10%\rbuilding 100%\n\n\n\n" + "ok  \n\n" * 20
     mem = Memory(store=path, keep_recent=2, verbatim=False)
     for i in range(40):
