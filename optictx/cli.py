@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cost model; auto: by each request's model name (default)")
     serve.add_argument("--budget", type=int, default=16384, help="context tokens per request (default 16384)")
     serve.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
-    serve.add_argument("--store", help="folder that keeps the memories across restarts (default: none)")
+    serve.add_argument("--store", help="where memories outlive restarts (default: nowhere): a folder of SQLite "
+                       "files, or a postgresql://user@host/db URL that several replicas share")
     serve.add_argument("--allow-remote", action="store_true",
                        help="bind a non-loopback host; clients must then send OPTICTX_PROXY_KEY as X-Optictx-Key")
     serve.add_argument("--max-body-bytes", type=int, default=32 * 2**20)
@@ -299,7 +300,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig.make(
         upstream=args.upstream, anthropic_upstream=args.anthropic_upstream, host=args.host, port=args.port,
         vision=args.vision, budget=args.budget, keep_recent=args.keep_recent,
-        store=Path(args.store) if args.store else None, allow_remote=args.allow_remote,
+        store=args.store or None, allow_remote=args.allow_remote,
         proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
         upstream_timeout=args.upstream_timeout, max_open=args.max_open)
     run(config)

@@ -6,7 +6,10 @@ bounded request loops."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -200,3 +203,54 @@ class Proxy:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(20)
+
+
+def fresh(dialect: Any, body: dict[str, Any], *, budget: int, keep: int, vision: str | None = None) -> tuple[Any, Any]:
+    """What a fresh Memory fed the same messages with the same settings sends upstream: (body, context)."""
+    from optictx import Memory
+    from optictx.serve.proxy import fit
+    from optictx.serve.vision import vision_for
+
+    raw = json.dumps(body).encode()
+    parsed = dialect.parse(body, raw)
+    mem = Memory(keep_recent=keep, budget=budget)
+    for t in parsed.turns:
+        mem.add(t)
+    fitted, ctx = fit(mem, dialect, parsed, budget, vision or vision_for(parsed.model, dialect.name, "auto"))
+    return json.loads(fitted), ctx
+
+
+class ServeProcess:
+    """`optictx serve` as its own process (what a deployment runs N of), up once it answers."""
+
+    def __init__(self, upstream_url: str, store: str | None, *, budget: int, keep_recent: int, vision: str,
+                 key: str = "key-a") -> None:
+        import openai
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        args = [sys.executable, "-m", "optictx", "serve", "--upstream", upstream_url, "--host", "127.0.0.1",
+                "--port", str(self.port), "--vision", vision, "--budget", str(budget), "--keep-recent",
+                str(keep_recent), *(["--store", store] if store else [])]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
+        deadline = time.monotonic() + 60
+        while True:  # a GET the proxy relays to the upstream's model list
+            try:
+                self.client.models.list()
+                return
+            except openai.APIConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"optictx serve did not start: {self.proc.stderr.read()[-2000:]}") from None
+                time.sleep(0.2)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.communicate(timeout=30)

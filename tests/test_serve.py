@@ -16,14 +16,13 @@ pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("htt
 
 import httpx  # noqa: E402
 
-from optictx import COST_MODELS, Memory  # noqa: E402
+from optictx import COST_MODELS  # noqa: E402
 from optictx.errors import ConfigError  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
-from optictx.serve.proxy import fit  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, fresh, start_upstream, stop_upstream  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -76,15 +75,7 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dic
 
 def _fresh(dialect, body: dict[str, Any], budget=BUDGET, vision=None):
     """What a fresh Memory fed the same messages with the same settings sends upstream."""
-    raw = json.dumps(body).encode()
-    parsed = dialect.parse(body, raw)
-    mem = Memory(keep_recent=KEEP, budget=budget)
-    for t in parsed.turns:
-        mem.add(t)
-    from optictx.serve.vision import vision_for
-
-    fitted, ctx = fit(mem, dialect, parsed, budget, vision or vision_for(parsed.model, dialect.name, "auto"))
-    return json.loads(fitted), ctx
+    return fresh(dialect, body, budget=budget, keep=KEEP, vision=vision)
 
 
 def _tool_pairs_intact_openai(messages):
@@ -301,6 +292,17 @@ def test_malformed_requests_get_400_in_the_api_shape_and_store_nothing(proxy, up
     assert ra.status_code == 400 and ra.json()["type"] == "error"
     assert not upstream.arrivals
     assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+
+
+@pytest.mark.parametrize("inner", [None, {"text": "no type"}, 7])
+def test_a_malformed_block_inside_a_tool_result_is_a_400(proxy, upstream, inner):
+    body = {"model": "claude-sonnet-4", "max_tokens": 10, "messages": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "run", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [inner]}]}]}
+    with httpx.Client(base_url=proxy.url) as http:
+        r = http.post("/v1/messages", json=body, headers={"x-api-key": "key-a"})
+    assert r.status_code == 400 and "content block" in r.json()["error"]["message"]
+    assert not upstream.arrivals
 
 
 def test_oversized_bodies_unknown_paths_and_models(proxy, upstream):

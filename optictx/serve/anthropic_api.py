@@ -19,6 +19,8 @@ EPHEMERAL = {"type": "ephemeral"}
 def _part(block: dict[str, Any]) -> dict[str, Any]:
     """A content block as an OpenAI-style part: images become image_url parts, so that their
     size is read and priced like any client image; other blocks are kept as they are."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):  # inside a tool_result
+        raise ApiError("a content block is an object with a string type", param="messages")
     if block["type"] == "image" and isinstance(source := block.get("source"), dict):
         if source.get("type") == "base64":
             url = f"data:{source.get('media_type')};base64,{source.get('data')}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..cost import COST_MODELS
 from ..errors import ConfigError
+from ..store import is_postgres
 
 
 def is_loopback(host: str) -> bool:
@@ -35,13 +36,18 @@ class ServeConfig(BaseModel):
     vision: str = "auto"
     budget: int = Field(16384, ge=1)
     keep_recent: int = Field(4, ge=0)
-    store: Path | None = None
+    store: Path | str | None = None  # a folder of SQLite files, or a postgresql:// URL (replicas)
     allow_remote: bool = False
     proxy_key: str | None = Field(None, repr=False, min_length=16)
     max_body_bytes: int = Field(32 * 2**20, ge=1024, description="largest request body taken (413 beyond)")
     upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
     max_open: int = Field(64, ge=1, description="conversations kept open in memory (least recent closed)")
     image_cache_bytes: int = Field(32 * 2**20, ge=0, description="each open conversation's page image cache")
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, value: object) -> object:
+        return value if value is None or is_postgres(value) else Path(str(value))
 
     @model_validator(mode="after")
     def _check(self) -> ServeConfig:

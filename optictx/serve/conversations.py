@@ -19,6 +19,7 @@ from pathlib import Path
 from ..memory import Memory
 from ..turns import Turn
 from .ledger import Ledger
+from .shelf import Shelf
 
 log = logging.getLogger("optictx.serve")
 
@@ -61,27 +62,29 @@ class Conversation:
 
 class Conversations:
     """Memories by conversation, at most `max_open` open (the least recently used is closed; with
-    a store it reopens from its file, its pages not drawn again)."""
+    a store it reopens from it, its pages not drawn again).
 
-    def __init__(self, make: Callable[[Path | None], Memory], reopen: Callable[[Path], Memory], folder: Path | None,
-                 ledger: Ledger, max_open: int = 64) -> None:
-        self._make, self._reopen, self._folder, self.ledger, self._max = make, reopen, folder, ledger, max_open
+    Several processes (replicas) may share one store and ledger: a conversation grows only inside
+    its memory's batch, under the store's write lock, and only if the memory still holds what
+    the ledger said, so two replicas never interleave two requests' turns in one memory."""
+
+    def __init__(self, make: Callable[[str | Path | None], Memory], reopen: Callable[[str | Path], Memory],
+                 shelf: Shelf, ledger: Ledger, max_open: int = 64) -> None:
+        self._make, self._reopen, self._shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
         self._open: OrderedDict[str, Conversation] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _path(self, conversation: str) -> Path | None:
-        return None if self._folder is None else self._folder / f"{conversation}.db"
-
     def _get(self, conversation: str) -> Conversation | None:
-        """An open conversation, reopened from its file if it has one (caller holds self._lock)."""
+        """An open conversation, reopened from the store if it has one (caller holds self._lock)."""
         conv = self._open.get(conversation)
         if conv is None:
-            path = self._path(conversation)
             tenant = self.ledger.owner(conversation)
-            if path is None or not path.exists() or tenant is None:
+            if tenant is None or not self._shelf.exists(conversation, tenant):
                 self.ledger.forget(conversation)
                 return None
-            conv = self._open[conversation] = Conversation(conversation, tenant, self._reopen(path))
+            spec = self._shelf.spec(conversation, tenant)
+            assert spec is not None
+            conv = self._open[conversation] = Conversation(conversation, tenant, self._reopen(spec))
         self._open.move_to_end(conversation)
         self._close_idle()
         return conv
@@ -90,7 +93,7 @@ class Conversations:
         """A new conversation, locked, open but not in the ledger until its first turns are in
         (`_grow`). The caller holds self._lock."""
         conversation = secrets.token_hex(8)
-        conv = Conversation(conversation, tenant, self._make(self._path(conversation)), name=name)
+        conv = Conversation(conversation, tenant, self._make(self._shelf.spec(conversation, tenant)), name=name)
         conv.lock.acquire()
         self._open[conversation] = conv
         self._close_idle()
@@ -104,7 +107,7 @@ class Conversations:
                     conv.memory.close()
                     conv.closed = True
                     del self._open[key]
-                    if self._folder is None:
+                    if not self._shelf.persistent:
                         self.ledger.forget(key)  # nothing left to reopen
                 finally:
                     conv.lock.release()
@@ -122,14 +125,13 @@ class Conversations:
                 if conv.closed:  # closed while we waited for it
                     conv.lock.release()
                     continue
-                if len(conv.memory) == hit[1]:
-                    self._grow(conv, turns, digests, hit[1])
+                if self._grow(conv, name, turns, digests, hit[1]):
                     return conv
                 conv.lock.release()  # it went on another way (a branch): a fork holds this history
                 log.info("conversation %s forks at turn %d", conv.id, hit[1])
             with self._lock:
                 conv = self._new(tenant, name)
-            self._grow(conv, turns, digests, 0)
+            self._grow(conv, name, turns, digests, 0)
             return conv
 
     def exactly(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation | None:
@@ -146,31 +148,42 @@ class Conversations:
             return None
         return conv
 
-    def _grow(self, conv: Conversation, turns: Sequence[Turn], digests: list[bytes], held: int) -> None:
-        """Add turns[held:]; a new conversation enters the ledger only once they are all in, so a
-        request refused on the way (a turn over the limits) leaves nothing behind."""
+    def _grow(self, conv: Conversation, name: str | None, turns: Sequence[Turn], digests: list[bytes],
+              held: int) -> bool:
+        """Add turns[held:] and return True, or False (nothing added) when the memory no longer
+        holds exactly turns[:held] plus, perhaps, some more of them. A new conversation enters
+        the ledger only once its turns are all in, so a request refused on the way (a turn over
+        the limits) leaves nothing behind."""
         try:
-            if held < len(turns):
-                with conv.memory.batch():
-                    for t in turns[held:]:
-                        conv.memory.add(t)
+            with conv.memory.batch():  # the store's write lock: another replica's adds wait
+                have = len(conv.memory)  # caught up with every replica's committed turns
+                if have != held and not (held < have <= len(turns) and self._holds(conv, name, digests, have)):
+                    return False
+                for t in turns[have:]:
+                    conv.memory.add(t)
             if held == 0:
                 self.ledger.new_conversation(conv.id, conv.tenant, conv.name)
+            # From `held`: a replica killed between its commit and this line left those digests out.
             self.ledger.extend(conv.id, digests, held)
+            return True
         except BaseException:
             if held == 0:
                 self._discard(conv)
             conv.lock.release()
             raise
 
+    @staticmethod
+    def _holds(conv: Conversation, name: str | None, digests: list[bytes], have: int) -> bool:
+        """Whether the memory's `have` turns are the request's first `have`: another replica grew
+        it with this same history (and may not have reached the ledger yet)."""
+        return chain(conv.tenant, name, conv.memory.transcript()[:have])[-1] == digests[have - 1]
+
     def _discard(self, conv: Conversation) -> None:
         with self._lock:
             self._open.pop(conv.id, None)
         conv.memory.close()
         conv.closed = True
-        path = self._path(conv.id)
-        for f in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))) if path else ():
-            f.unlink(missing_ok=True)
+        self._shelf.discard(conv.id, conv.tenant)
 
     def find(self, tenant: str, conversation: str) -> Conversation | None:
         """The tenant's open conversation `conversation`, or None (another tenant's is None too)."""

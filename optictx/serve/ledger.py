@@ -1,6 +1,7 @@
-"""The proxy's own records, in one SQLite database: which conversation each message chain leads
-to, and one row per request for the dashboard. With `--store` it is a file next to the
-memories (0600); without, it lives in memory. Keys are digests: no API key, no message text."""
+"""The proxy's own records: which conversation each message chain leads to, and one row per
+request for the dashboard. In one SQLite database (a file next to the memories, 0600, with
+`--store FOLDER`; in memory without) or, with `--store postgresql://...`, in tables beside the
+memories, shared by every replica. Keys are digests: no API key, no message text."""
 
 from __future__ import annotations
 
@@ -8,27 +9,32 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from ..store import private_file
+from ..store import is_postgres, private_file
 
+# One schema for both engines: {p} prefixes the tables (in PostgreSQL they share a database with
+# the memories), and the few types the two spell differently are filled in. Statements use `?`.
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS chain (
-    digest BLOB PRIMARY KEY, conversation TEXT NOT NULL, turns INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS chain_by_conversation ON chain (conversation);
-CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY, conversation TEXT NOT NULL, tenant TEXT NOT NULL, at REAL NOT NULL,
+CREATE TABLE IF NOT EXISTS {p}conversations (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT, created {real} NOT NULL);
+CREATE TABLE IF NOT EXISTS {p}chain (
+    digest {blob} PRIMARY KEY, conversation TEXT NOT NULL, turns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS {p}chain_by_conversation ON {p}chain (conversation);
+CREATE TABLE IF NOT EXISTS {p}requests (
+    id {serial} PRIMARY KEY, conversation TEXT NOT NULL, tenant TEXT NOT NULL, at {real} NOT NULL,
     api TEXT NOT NULL, model TEXT NOT NULL, vision TEXT NOT NULL, turns INTEGER NOT NULL,
     original INTEGER NOT NULL, sent INTEGER NOT NULL, verbatim INTEGER NOT NULL, tiers TEXT NOT NULL,
     status INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS requests_by_tenant ON requests (tenant, conversation);
+CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, conversation)
 """
+_SQLITE = {"p": "", "real": "REAL", "blob": "BLOB", "serial": "INTEGER"}
+_POSTGRES = {"p": "optictx_serve_", "real": "DOUBLE PRECISION", "blob": "BYTEA", "serial": "BIGSERIAL"}
+_SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
 
 
 @dataclass(frozen=True)
@@ -48,77 +54,146 @@ class Sent:
     status: int = 0
 
 
-class Ledger:
-    def __init__(self, folder: Path | None) -> None:
-        self.path = ":memory:" if folder is None else str(folder / "optictx-serve.db")
-        try:
-            if folder is not None:
-                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-                private_file(Path(self.path))
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"{self.path}: cannot open the proxy's records ({exc})") from exc
+class _SQLite:
+    def __init__(self, path: str) -> None:
+        self.where = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
+        self._db.executescript(_SCHEMA.format(**_SQLITE))
 
-    def _run(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
         with self._lock:
+            return self._db.execute(sql.format(**_SQLITE), tuple(args)).fetchall()
+
+    def many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(sql.format(**_SQLITE), rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Postgres:
+    """The ledger's tables in the memories' database, on the memories' shared connection pool."""
+
+    def __init__(self, url: str) -> None:
+        from .. import pgstore
+
+        self._pg, self._url, self.where = pgstore, url, pgstore.where(url)
+        self._pool = pgstore.pool(url)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            for statement in _SCHEMA.format(**_POSTGRES).split(";"):
+                conn.execute(statement)
+
+    def _retried(self, work: Callable[[Any], Any], idempotent: bool) -> Any:
+        attempt = 0
+        while True:
             try:
-                return self._db.execute(sql, tuple(args)).fetchall()
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: {exc}") from exc
+                with self._pool.connection() as conn:
+                    return work(conn)
+            except self._pg.psycopg.OperationalError:  # a dropped connection: again, unless a row could double
+                attempt += 1
+                if not idempotent or attempt == 3:
+                    raise
+                self._pool.check()
+
+    def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
+        def work(conn: Any) -> list[tuple[Any, ...]]:
+            cur = conn.execute(sql.format(**_POSTGRES).replace("?", "%s"), tuple(args))
+            return cur.fetchall() if cur.description else []
+
+        return self._retried(work, idempotent)
+
+    def many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        def work(conn: Any) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(sql.format(**_POSTGRES).replace("?", "%s"), rows)
+
+        self._retried(work, True)
+
+    def close(self) -> None:
+        self._pg.release(self._url)
+
+
+class Ledger:
+    """`store`: None (in memory), a folder, or a PostgreSQL URL."""
+
+    def __init__(self, store: Path | str | None) -> None:
+        try:
+            if is_postgres(store):
+                self._db: _SQLite | _Postgres = _Postgres(str(store))
+            else:
+                path = ":memory:" if store is None else str(Path(store) / "optictx-serve.db")
+                if store is not None:
+                    Path(store).mkdir(parents=True, exist_ok=True, mode=0o700)
+                    private_file(Path(path))
+                self._db = _SQLite(path)
+        except StoreError:
+            raise
+        except Exception as exc:  # OSError, sqlite3.Error, psycopg.Error
+            raise StoreError(f"{'the database' if is_postgres(store) else store}: cannot open the proxy's records "
+                             f"({str(exc).strip()[:300]})") from None
+        self.path = self._db.where
+
+    def _run(self, sql: str, args: Sequence[Any] = (), *, idempotent: bool = True) -> list[tuple[Any, ...]]:
+        try:
+            return self._db.run(sql, args, idempotent)
+        except Exception as exc:  # sqlite3.Error, psycopg.Error: the records are unreadable or gone
+            raise StoreError(f"{self.path}: {str(exc).strip()[:300]}") from exc
 
     def longest(self, digests: list[bytes]) -> tuple[str, int] | None:
         """(conversation, turns) of the longest prefix of the chain that leads somewhere."""
         for digest in reversed(digests):
-            row = self._run("SELECT conversation, turns FROM chain WHERE digest = ?", (digest,))
+            row = self._run("SELECT conversation, turns FROM {p}chain WHERE digest = ?", (digest,))
             if row:
                 return row[0][0], row[0][1]
         return None
 
     def new_conversation(self, conversation: str, tenant: str, name: str | None) -> None:
-        self._run("INSERT INTO conversations VALUES (?, ?, ?, ?)", (conversation, tenant, name, time.time()))
+        self._run("INSERT INTO {p}conversations VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                  (conversation, tenant, name, time.time()))
 
     def extend(self, conversation: str, digests: list[bytes], first: int) -> None:
         """Chain digests[first:] (of turns first+1, ...) lead to `conversation`."""
         rows = [(d, conversation, first + i + 1) for i, d in enumerate(digests[first:])]
-        with self._lock:
-            try:
-                with self._db:
-                    self._db.execute("BEGIN")
-                    self._db.executemany("INSERT OR REPLACE INTO chain VALUES (?, ?, ?)", rows)
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: {exc}") from exc
+        try:
+            self._db.many("INSERT INTO {p}chain VALUES (?, ?, ?) ON CONFLICT (digest) DO UPDATE "
+                          "SET conversation = excluded.conversation, turns = excluded.turns", rows)
+        except Exception as exc:
+            raise StoreError(f"{self.path}: {str(exc).strip()[:300]}") from exc
 
     def forget(self, conversation: str) -> None:
         """A conversation whose memory is gone (not stored, closed): no chain leads to it."""
-        self._run("DELETE FROM chain WHERE conversation = ?", (conversation,))
+        self._run("DELETE FROM {p}chain WHERE conversation = ?", (conversation,))
 
     def record(self, sent: Sent) -> None:
-        self._run("INSERT INTO requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
+        self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   (sent.conversation, sent.tenant, time.time(), sent.api, sent.model, sent.vision, sent.turns,
-                   sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status))
+                   sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status),
+                  idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's conversations, newest request first, with totals."""
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
-            "MAX(r.at) FROM conversations c LEFT JOIN requests r ON r.conversation = c.id "
-            "WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC", (tenant,))
+            "MAX(r.at) FROM {p}conversations c LEFT JOIN {p}requests r ON r.conversation = c.id "
+            "WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, c.created DESC", (tenant,))
         keys = ("id", "name", "created", "requests", "original", "sent", "last")
-        return [dict(zip(keys, r)) for r in rows]
+        return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), r[6]))) for r in rows]
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
-        rows = self._run("SELECT at, api, model, vision, turns, original, sent, verbatim, tiers, status FROM requests "
-                         "WHERE tenant = ? AND conversation = ? ORDER BY id", (tenant, conversation))
+        rows = self._run("SELECT at, api, model, vision, turns, original, sent, verbatim, tiers, status FROM "
+                         "{p}requests WHERE tenant = ? AND conversation = ? ORDER BY id", (tenant, conversation))
         keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status")
         return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8])} for r in rows]
 
     def owner(self, conversation: str) -> str | None:
-        row = self._run("SELECT tenant FROM conversations WHERE id = ?", (conversation,))
+        row = self._run("SELECT tenant FROM {p}conversations WHERE id = ?", (conversation,))
         return row[0][0] if row else None
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()

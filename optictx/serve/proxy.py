@@ -16,6 +16,7 @@ from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
 from .ledger import Ledger, Sent
+from .shelf import shelf_for
 from .vision import vision_for
 
 log = logging.getLogger("optictx.serve")
@@ -54,16 +55,17 @@ class Proxy:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.ledger = Ledger(config.store)
-        self.conversations = Conversations(self.memory, self.reopen, config.store, self.ledger, config.max_open)
+        self.conversations = Conversations(self.memory, self.reopen, shelf_for(config.store), self.ledger,
+                                           config.max_open)
 
-    def memory(self, path: Path | None) -> Memory:
+    def memory(self, store: str | Path | None) -> Memory:
         """A new conversation's memory; contexts are built per request (budget, vision)."""
-        return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=path,
+        return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=store,
                       image_cache_bytes=self.config.image_cache_bytes)
 
-    def reopen(self, path: Path) -> Memory:
+    def reopen(self, store: str | Path) -> Memory:
         """A stored conversation's memory, with the settings it was made with."""
-        return Memory.open(path, image_cache_bytes=self.config.image_cache_bytes)
+        return Memory.open(store, image_cache_bytes=self.config.image_cache_bytes)
 
     def settings(self, headers: Mapping[str, str]) -> tuple[str | None, int]:
         """X-Optictx-Conversation and X-Optictx-Budget, checked (ApiError naming the header)."""
