@@ -16,9 +16,9 @@ from .renderers import Layout, draw_page, line_boxes
 from .tiers import Tier, tier_image
 
 
-def _size(value: Image.Image | str) -> int:
-    """Bytes an image's pixels or a base64 PNG hold."""
-    return len(value) if isinstance(value, str) else value.width * value.height * len(value.getbands())
+def _size(value: Image.Image) -> int:
+    """Bytes an image's pixels hold."""
+    return value.width * value.height * len(value.getbands())
 
 
 class PageImages:
@@ -26,7 +26,11 @@ class PageImages:
 
     def __init__(self, layout: Layout, *, max_bytes: int = 256 * 2**20) -> None:
         self.layout = layout
-        self._cache: LRU[tuple[Any, ...], Any] = LRU(max_bytes=max_bytes, size_of=_size)
+        # PNGs apart from pixels, half the bytes each: every request of a chat sends every page's
+        # PNG again, and in one shared LRU a page's pixels (a MiB each) would push the PNGs out
+        # (a tenth of that) whenever the pages outgrow the cache, so every request drew again.
+        self._cache: LRU[tuple[Any, ...], Any] = LRU(max_bytes=max_bytes // 2, size_of=_size)
+        self._png: LRU[tuple[Any, ...], str] = LRU(max_bytes=max_bytes - max_bytes // 2, size_of=len)
         self.renders = 0  # master renders done, for tests and benchmarks
 
     def master(self, page: Page) -> Image.Image:
@@ -68,12 +72,12 @@ class PageImages:
 
     def png_base64(self, page: Page, tier: Tier) -> str:
         """PNG of the page at `tier`, base64 text (what the exporters embed)."""
-        key = (page.digest, tier, "png")
-        data = self._cache.get(key)
+        key = (page.digest, tier)
+        data = self._png.get(key)
         if data is None:
             buf = io.BytesIO()
             # compress_level 1: ~3x faster than the default at a few % larger files.
             self.at(page, tier).save(buf, format="PNG", compress_level=1)
             data = base64.b64encode(buf.getvalue()).decode("ascii")
-            self._cache[key] = data
+            self._png[key] = data
         return data

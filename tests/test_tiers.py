@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from optictx import Memory, Tier
+from optictx import Budget, Memory, Tier
 from optictx.tiers import IMAGE_TIERS, gundam_views, tier_image
 
 
@@ -73,3 +73,19 @@ def test_render_settings_change_the_pixels_and_round_trip_through_json(tmp_path)
     (tmp_path / "bad.json").write_text('{"font_size": "huge"}')
     with pytest.raises(ValueError, match="bad.json: not a RenderConfig"):
         Memory(render=tmp_path / "bad.json")
+
+
+def test_pages_that_outgrow_the_pixel_cache_are_not_drawn_again_for_the_next_request(sample):
+    # The proxy's case: a conversation with more pages than its cache holds pixels for, exported
+    # at every request. The PNGs are kept apart from the pixels, so a repeat draws nothing.
+    mem = Memory(budget=Budget(tokens=8000), keep_recent=2, image_cache_bytes=32 * 2**20)  # the proxy's
+    for m in sample:
+        mem.add(m)
+    ctx = mem.context()
+    imaged = [p for p in ctx.pages if p.tier.is_image]
+    master = mem.layout.config.size**2  # bytes of one page's grayscale master
+    assert len(imaged) * master > 32 * 2**20  # the masters alone are more than the whole cache
+    ctx.to_openai()
+    drawn = mem.images.renders
+    mem.context().to_openai()
+    assert mem.images.renders == drawn
