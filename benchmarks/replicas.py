@@ -42,12 +42,20 @@ def history_of(turns: int, n: int) -> list[dict]:
     return [*out, {"role": "user", "content": f"client {n} opens its conversation"}]
 
 
+def peak_rss(pid: int) -> int:
+    """A process's peak resident memory (Linux: VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def load(urls: list[str], clients: int, seconds: float, turns: int) -> tuple[int, float]:
     """Requests answered and the seconds they took, for `clients` clients on `urls` in turn."""
     done = [0] * clients
     errors: list[BaseException] = []
-    ready = threading.Barrier(clients + 1)
-    stop: list[float] = []
+    stop: list[float] = []  # set by the barrier before any client goes on
+    ready = threading.Barrier(clients + 1, action=lambda: stop.append(time.perf_counter() + seconds))
 
     def client(n: int) -> None:
         history = history_of(turns, n)
@@ -75,8 +83,7 @@ def load(urls: list[str], clients: int, seconds: float, turns: int) -> tuple[int
     for t in threads:
         t.start()
     ready.wait()
-    t0 = time.perf_counter()
-    stop.append(t0 + seconds)
+    t0 = stop[0] - seconds
     for t in threads:
         t.join()
     if errors:
@@ -93,7 +100,8 @@ def main() -> None:
     ap.add_argument("--out", default="out/replicas.json")
     args = ap.parse_args()
     state, server = start_upstream()
-    results = {}
+    results: dict[int, list[float]] = {}
+    peaks: list[int] = []
     try:
         with Cluster(fsync=True) as pg:
             for replicas in (1, 2, 1, 2):  # interleaved: a drift in the machine hits both alike
@@ -102,17 +110,20 @@ def main() -> None:
                                       vision="deepseek-ocr") for _ in range(replicas)]
                 try:
                     n, t = load([p.url for p in procs], args.clients, args.seconds, args.turns)
+                    peak = max(peak_rss(p.proc.pid) for p in procs)
                 finally:
                     for p in procs:
                         p.stop()
                 results.setdefault(replicas, []).append(n / t)
-                print(f"{replicas} replica(s): {n} requests in {t:.1f} s = {n / t:.1f}/s", flush=True)
+                peaks.append(peak)
+                print(f"{replicas} replica(s): {n} requests in {t:.1f} s = {n / t:.1f}/s; peak RSS of a replica "
+                      f"{peak / 2**20:.0f} MiB", flush=True)
     finally:
         stop_upstream(server)
     best = {r: max(v) for r, v in results.items()}
     out = {"clients": args.clients, "seconds": args.seconds, "turns": args.turns, "budget": args.budget,
            "rps": {str(r): [round(x, 2) for x in v] for r, v in results.items()},
-           "speedup_2_vs_1": round(best[2] / best[1], 2)}
+           "speedup_2_vs_1": round(best[2] / best[1], 2), "replica_peak_rss_bytes": max(peaks)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"| replicas | requests/s (best of 2) |\n|---:|---:|\n| 1 | {best[1]:.1f} |\n| 2 | {best[2]:.1f} |")
