@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/render.py
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/store.py
+	$(PY) benchmarks/replicas.py
 
 tesseract:
 	@command -v tesseract >/dev/null 2>&1 || { \

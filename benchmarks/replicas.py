@@ -7,7 +7,7 @@ Each client holds its own conversation of `--turns` turns (the sample, cut or re
 once to open it, then sends follow-ups of two new turns each as fast as answers come. With two
 replicas a client's requests alternate between them, as behind a round-robin load balancer, so
 every follow-up is served by a replica that did not see the last one. The upstream is the tests'
-loopback one (tests/serve_peers.py) and answers at once; the database is a throwaway cluster
+loopback one (tests/serve_peers.py), answering at once without reading the body; the database is a throwaway cluster
 with fsync on (tests/pgcluster.py). Replicas are processes (`python -m optictx serve`); clients,
 upstream and database share the same machine, so on 2 cores every part competes for the CPU.
 """
@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/replicas.json")
     args = ap.parse_args()
     state, server = start_upstream()
+    state.keep = False  # answers without parsing or keeping the bodies: the upstream's CPU is the proxy's
     results: dict[int, list[float]] = {}
     peaks: list[int] = []
     try:

@@ -44,9 +44,10 @@ class Memory:
 
     Thread-safe: every public method holds the memory's lock, so threads may add and build
     contexts at once; a context is a snapshot of whole turns, never of half an `add`. Several
-    processes may share one SQLite file, each with its own Memory: ids follow one total order, and
-    each Memory catches up with the others' turns on its next `add`, `context`, `len` or `pages`.
-    Open a Memory after forking, not before (a SQLite connection must not cross a fork).
+    processes may share one store (a SQLite file, or a PostgreSQL memory from many machines), each
+    with its own Memory: ids follow one total order, and each Memory catches up with the others'
+    turns on its next `add`, `context`, `len` or `pages`. Open a Memory after forking, not before
+    (a database connection must not cross a fork).
 
     >>> mem = Memory(budget=Budget(tokens=4000), keep_recent=2)
     >>> _ = mem.add({"role": "user", "content": "hello"})
@@ -173,7 +174,8 @@ class Memory:
 
     @classmethod
     def open(cls, path: str | Path, **overrides: Any) -> Memory:
-        """Reopen a memory saved with `Memory(store=path)`; keyword arguments override its settings."""
+        """Reopen a memory saved with `Memory(store=path)` (a SQLite file or a PostgreSQL URL);
+        keyword arguments override its settings. A memory that does not exist is a StoreError."""
         probe = open_store(path, create=False)
         try:
             meta = probe.get_meta()

@@ -44,6 +44,7 @@ class Upstream:
     fail: tuple[int, dict[str, str]] | None = None
     break_stream: bool = False
     delay: float = 0.0  # seconds before each answer
+    keep: bool = True  # False (benchmarks): nothing recorded or parsed, every POST gets one fixed answer
     reply: str = "Hello from upstream, streamed in pieces."
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -97,6 +98,7 @@ def _anthropic_events(model: str, text: str) -> list[bytes]:
 
 def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
     state = Upstream()
+    fixed = json.dumps(_openai_answer("m", state.reply)).encode()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -124,6 +126,9 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length", 0)))
             time.sleep(state.delay)
+            if not state.keep:  # a load test's upstream: the cost of an answer, no more
+                self._send(200, fixed)
+                return
             with state.lock:
                 state.arrivals.append(Arrival(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
                 fail, state.fail = state.fail, None
