@@ -5,8 +5,8 @@
 `memory` names the memory (default "default") and `tenant` the namespace it lives in (default
 ""); every other part of the URL is libpq's. The same guarantees as `SQLiteStore`, held to the
 same test suite (tests/test_store.py and its neighbours run on both):
-- A turn is durable when `append` returns: its transaction is committed (PostgreSQL's default
-  `synchronous_commit=on` has flushed it to the write-ahead log).
+- A turn is durable when `append` returns: the one statement that stores it has committed
+  (PostgreSQL's default `synchronous_commit=on` has flushed it to the write-ahead log).
 - `batch()` is one transaction: its turns commit together or not at all.
 - Ids are 0, 1, 2, ... per memory in commit order, across every process and machine: a writer
   takes its memory's row lock (`next_turn`) before it picks an id, so committed turns are a
