@@ -68,9 +68,9 @@ def _turn(rng: random.Random, n: int) -> Any:
     return msg if rng.random() > 0.02 else rng.choice([None, 3, "text", [msg]])
 
 
-def turns(count: int, seed: int, folder: Path) -> dict[str, int]:
+def turns(count: int, seed: int, path: str | Path) -> dict[str, int]:
+    """`count` hostile turns added to the memory at `path` (a SQLite file or a PostgreSQL URL)."""
     rng, out = random.Random(seed), collections.Counter()
-    path = folder / "hostile.db"
     mem = Memory(store=path, budget=Budget(tokens=4000), keep_recent=3, tokens_per_page=300)
     acked = []
     fresh = Memory(budget=Budget(tokens=4000), keep_recent=3, tokens_per_page=300)  # contexts, reset often
@@ -153,7 +153,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"{args.turns} hostile turns:", json.dumps(turns(args.turns, args.seed, Path(tmp)), indent=1))
+        added = turns(args.turns, args.seed, Path(tmp) / "hostile.db")
+        print(f"{args.turns} hostile turns:", json.dumps(added, indent=1))
         print(f"{args.files} damaged files:", json.dumps(files(args.files, args.seed, Path(tmp)), indent=1))
 
 

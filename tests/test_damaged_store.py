@@ -48,8 +48,8 @@ def test_random_truncations_and_byte_flips_give_store_error_or_the_same_memory(t
     assert outcomes["StoreError naming the file"] > 50 and outcomes["opened, same turns"] > 10, outcomes
 
 
-def test_random_hostile_turns_never_crash_and_lose_no_acknowledged_turn(tmp_path):
-    outcomes = hostile.turns(400, 1, tmp_path)
+def test_random_hostile_turns_never_crash_and_lose_no_acknowledged_turn(backend):
+    outcomes = hostile.turns(400, 1, backend.spec("hostile"))
     assert not [k for k in outcomes if "CRASH" in k], outcomes
     assert outcomes["acknowledged turns lost"] == 0 and outcomes["accepted"] > 20, outcomes
     assert outcomes["contexts exported"] > 30, outcomes
