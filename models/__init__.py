@@ -21,11 +21,14 @@ _LAZY = {
     "OpticalModel": ".optical", "OpticalInputs": ".optical", "VisualCache": ".optical", "build_inputs": ".optical",
     "UnlimitedOcrReader": ".optical",
 }
+_NUMPY_ONLY = {"ReflexReader": ".reflex", "ReflexModel": ".reflex"}  # no torch needed to read
 
-__all__ = ["KVGeometry", *_LAZY]
+__all__ = ["KVGeometry", *_LAZY, *_NUMPY_ONLY]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _NUMPY_ONLY:
+        return getattr(import_module(_NUMPY_ONLY[name], __name__), name)
     if name in _LAZY:
         for dependency in ("torch", "transformers"):
             need(dependency, "models")  # says which extra to install, not only "No module named 'torch'"

@@ -100,6 +100,11 @@ def _reader(args: argparse.Namespace) -> tuple[Any, str]:
 
     if args.reader == "rapidocr":
         return RapidOcrReader(), "RapidOCR (PP-OCRv6 small)"
+    if args.reader == "reflex":
+        from .models import ReflexReader
+
+        weights = getattr(args, "weights", None)
+        return ReflexReader(weights), "reflex" + (f" ({Path(weights).name})" if weights else "")
     if args.reader == "tesseract":
         lines = getattr(args, "line_boxes", False)
         return TesseractReader(line_boxes=lines), "Tesseract 5" + (" (line boxes)" if lines else "")
@@ -194,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's, 1050)")
 
     def readers(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--reader", default="tesseract", choices=["tesseract", "rapidocr", "openai"])
+        sp.add_argument("--reader", default="tesseract", choices=["tesseract", "rapidocr", "reflex", "openai"])
+        sp.add_argument("--weights", help="a reflex model file, for --reader reflex (default: the shipped one)")
         sp.add_argument("--line-boxes", action="store_true", help="Tesseract: read the renderer's lines one by one")
         sp.add_argument("--base-url", help="OpenAI-compatible server, for --reader openai")
         sp.add_argument("--model", help="model name on that server, for --reader openai")
@@ -288,7 +294,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="conversations kept open in memory, each with up to 32 MiB of page images (default 64)")
     serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
     serve.set_defaults(func=cmd_serve)
+    train = sub.add_parser("train-reader", help="train the reflex reader on lines optictx draws (torch)")
+    train.add_argument("--out", required=True, help="the model file to write (.npz)")
+    train.add_argument("--pages", type=int, default=60, help="pages of generated text to cut lines from")
+    train.add_argument("--steps", type=int, default=12_000)
+    train.add_argument("--minutes", type=float, help="stop early when this much time is up")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    train.set_defaults(func=cmd_train_reader)
     return p
+
+
+def cmd_train_reader(args: argparse.Namespace) -> int:
+    from .errors import need
+
+    need("torch", "models")
+    from .models.reflex_train import run
+
+    run(args.out, pages=args.pages, steps=args.steps, minutes=args.minutes, seed=args.seed, threads=args.threads)
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,252 @@
+"""A reflex reader for optictx's own pages: a small ternary CTC line recognizer, numpy only.
+
+optictx drew every line itself, so it knows each line's box at any tier: the reader cuts the
+line out, scales it to `HEIGHT` px and reads it left to right. What it says is a floor: if a
+reader trained on this very renderer cannot read a line at a tier, no general model can; what a
+VLM reads there is another question.
+
+The network (trained by `reflex_train.py`): three 3x3 convolutions with pooling fold the line's
+height into channels, then 1-D convolutions over the frames, then one linear layer to the 95
+printable ASCII characters and CTC's blank. Every weight is -1, 0 or +1 times a per-channel
+scale, packed four to a byte; the file is an `.npz` loaded with `allow_pickle=False`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from optictx.errors import ConfigError, OptictxError
+
+CHARSET = "".join(chr(c) for c in range(0x20, 0x7F))  # printable ASCII; class 0 is CTC's blank
+HEIGHT = 16  # px a line is scaled to: above a TINY line's own height, so nothing is lost there
+FORMAT = "optictx-reflex/1"
+WEIGHTS = "reflex.npz"  # shipped beside this module
+_INK_MAX = 160  # a crop whose darkest pixel is lighter than this has no ink: not read
+
+
+class ReflexError(OptictxError):
+    """A reflex model file is missing, damaged or of another format."""
+
+
+Box = tuple[int, int, int, int]
+
+
+# -- lines --------------------------------------------------------------------------------------
+
+def line_input(image: Image.Image, box: Box, *, height: int = HEIGHT, stretch: float = 1.0) -> np.ndarray | None:
+    """The line in `box` as the network's input: float32 (height, width), ink 1 and paper 0;
+    None when the crop holds no ink."""
+    crop = image.crop(box).convert("L")
+    if crop.width < 2 or crop.height < 2 or crop.getextrema()[0] > _INK_MAX:
+        return None
+    width = max(4, round(crop.width * height / crop.height * stretch))
+    scaled = crop.resize((width, height), Image.Resampling.BILINEAR)
+    return 1.0 - np.asarray(scaled, dtype=np.float32) / 255.0
+
+
+def batch_of(lines: Sequence[np.ndarray]) -> np.ndarray:
+    """Lines padded with paper to one width (a multiple of 4): float32 (n, 1, height, width)."""
+    width = max(x.shape[1] for x in lines)
+    width += -width % 4
+    out = np.zeros((len(lines), 1, lines[0].shape[0], width), dtype=np.float32)
+    for i, x in enumerate(lines):
+        out[i, 0, :, : x.shape[1]] = x
+    return out
+
+
+# -- the file -----------------------------------------------------------------------------------
+
+def pack_ternary(w: np.ndarray) -> np.ndarray:
+    """-1/0/+1 values as 2-bit codes (0, 1, 2), four to a byte."""
+    codes = (np.asarray(w, dtype=np.int8).ravel() + 1).astype(np.uint8)
+    codes = np.concatenate([codes, np.ones(-len(codes) % 4, dtype=np.uint8)])
+    q = codes.reshape(-1, 4)
+    return (q[:, 0] | (q[:, 1] << 2) | (q[:, 2] << 4) | (q[:, 3] << 6)).astype(np.uint8)
+
+
+def unpack_ternary(packed: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    n = math.prod(shape)
+    codes = np.stack([(packed >> s) & 3 for s in (0, 2, 4, 6)], axis=1).ravel()[:n]
+    if codes.max(initial=0) > 2:
+        raise ReflexError("a ternary weight holds a code that is not -1, 0 or +1")
+    return (codes.astype(np.float32) - 1.0).reshape(shape)
+
+
+class ReflexModel:
+    """The network's weights as float32 arrays (ternary values times their scales), and its
+    forward pass over a batch of lines."""
+
+    def __init__(self, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.layers, self.meta = layers, meta
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> ReflexModel:
+        """The model in `path` (an `.npz` written by `save`), the shipped one by default."""
+        source = Path(path) if path is not None else Path(str(resources.files(__package__) / WEIGHTS))
+        try:
+            with np.load(source, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ReflexError(f"{source}: not a readable reflex model ({exc})") from None
+        try:
+            meta = json.loads(bytes(arrays.pop("meta")).decode("utf-8"))
+            if meta.get("format") != FORMAT:
+                raise ReflexError(f"{source}: format {meta.get('format')!r}, this optictx reads {FORMAT}")
+            layers = []
+            for i, spec in enumerate(meta["layers"]):
+                shape = tuple(spec["shape"])
+                w = unpack_ternary(arrays[f"w{i}"], shape) * arrays[f"s{i}"].astype(np.float32).reshape(
+                    (-1,) + (1,) * (len(shape) - 1))
+                layers.append({**spec, "w": w, "b": arrays[f"b{i}"].astype(np.float32)})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ReflexError(f"{source}: damaged reflex model ({type(exc).__name__}: {exc})") from None
+        return cls(layers, meta)
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """(n, 1, height, width) lines -> (n, frames, classes) log-probabilities."""
+        for layer in self.layers:
+            kind = layer["kind"]
+            if kind == "conv2d":
+                x = _conv2d(x, layer["w"], layer["b"])
+            elif kind == "conv1d":
+                if x.ndim == 4:  # fold the remaining height into channels: (n, c*h, frames)
+                    x = x.reshape(x.shape[0], -1, x.shape[3])
+                y = _conv1d(x, layer["w"], layer["b"])
+                x = x + y if layer.get("residual") else y
+            if layer.get("relu"):
+                x = np.maximum(x, 0.0, out=x)
+            if layer.get("pool"):
+                ph, pw = layer["pool"]
+                n, c, h, w = x.shape
+                x = x[:, :, : h - h % ph, : w - w % pw].reshape(n, c, h // ph, ph, w // pw, pw).max(axis=(3, 5))
+        z = x.transpose(0, 2, 1)  # (n, frames, classes)
+        z = z - z.max(axis=2, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """3x3 (or k x k) convolution, stride 1, zero padding to keep the size: im2col and one matmul."""
+    n, c, h, wid = x.shape
+    out_c, _, k, _ = w.shape
+    p = k // 2
+    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    cols = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))  # n, c, h, w, k, k
+    cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * wid, c * k * k)
+    y = cols @ w.reshape(out_c, -1).T + b
+    return np.ascontiguousarray(y.reshape(n, h, wid, out_c).transpose(0, 3, 1, 2))
+
+
+def _conv1d(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n, c, t = x.shape
+    out_c, _, k = w.shape
+    p = k // 2
+    padded = np.pad(x, ((0, 0), (0, 0), (p, p)))
+    cols = np.lib.stride_tricks.sliding_window_view(padded, k, axis=2)  # n, c, t, k
+    cols = cols.transpose(0, 2, 1, 3).reshape(n * t, c * k)
+    y = cols @ w.reshape(out_c, -1).T + b
+    return np.ascontiguousarray(y.reshape(n, t, out_c).transpose(0, 2, 1))
+
+
+def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Write a model: each layer's `ternary` (-1/0/+1 ints), per-output-channel `scale` and `bias`."""
+    arrays: dict[str, np.ndarray] = {}
+    specs = []
+    for i, layer in enumerate(layers):
+        t = np.asarray(layer["ternary"])
+        if not np.isin(t, (-1, 0, 1)).all():
+            raise ConfigError(f"layer {i}: weights must be -1, 0 or +1")
+        arrays[f"w{i}"] = pack_ternary(t)
+        arrays[f"s{i}"] = np.asarray(layer["scale"], dtype=np.float16)
+        arrays[f"b{i}"] = np.asarray(layer["bias"], dtype=np.float16)
+        spec = {k: v for k, v in layer.items() if k not in ("ternary", "scale", "bias")}
+        specs.append({**spec, "shape": list(t.shape)})
+    body = {**meta, "format": FORMAT, "layers": specs, "charset": CHARSET, "height": HEIGHT}
+    arrays["meta"] = np.frombuffer(json.dumps(body).encode("utf-8"), dtype=np.uint8)
+    np.savez_compressed(path, **arrays)
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+def greedy(logp: np.ndarray) -> tuple[str, float]:
+    """Best path: the most likely class per frame, repeats merged, blanks dropped; with the
+    line's confidence (see `confidence`)."""
+    best = logp.argmax(axis=1)
+    keep = (best != 0) & np.concatenate([[True], best[1:] != best[:-1]])
+    text = "".join(CHARSET[c - 1] for c in best[keep])
+    return text, confidence(logp, text)
+
+
+def ctc_logprob(logp: np.ndarray, text: str) -> float:
+    """log P(text | frames) by the CTC forward algorithm (every alignment, not only the best)."""
+    labels = [CHARSET.index(ch) + 1 for ch in text if ch in CHARSET]
+    ext = [0]
+    for c in labels:
+        ext += [c, 0]
+    s, t = len(ext), logp.shape[0]
+    if t < len(labels):
+        return -math.inf
+    alpha = np.full(s, -np.inf)
+    alpha[0] = logp[0, 0]
+    if s > 1:
+        alpha[1] = logp[0, ext[1]]
+    ext_a = np.array(ext)
+    skip = np.zeros(s, dtype=bool)
+    skip[2:] = (ext_a[2:] != 0) & (ext_a[2:] != ext_a[:-2])
+    prev1, prev2 = np.full(s, -np.inf), np.full(s, -np.inf)
+    for f in range(1, t):
+        prev1[1:] = alpha[:-1]
+        prev2[2:] = np.where(skip[2:], alpha[:-2], -np.inf)
+        alpha = np.logaddexp(np.logaddexp(alpha, prev1), prev2) + logp[f, ext_a]
+    return float(np.logaddexp(alpha[-1], alpha[-2]) if s > 1 else alpha[-1])
+
+
+def confidence(logp: np.ndarray, text: str) -> float:
+    """P(text | frames) per character, geometric mean, from the CTC forward probability: 1.0 for
+    a line read without doubt, lower the more other readings compete."""
+    lp = ctc_logprob(logp, text)
+    return float(math.exp(lp / max(1, len(text))))
+
+
+# -- the reader ---------------------------------------------------------------------------------
+
+class ReflexReader:
+    """The `Reader` protocol over a reflex model: `read(image, boxes)` reads each line box (the
+    boxes are needed: this reader does not find lines itself). `lines(...)` also gives each
+    line's confidence."""
+
+    def __init__(self, path: str | Path | None = None, *, batch: int = 64) -> None:
+        self.model = ReflexModel.load(path)
+        self.batch = batch
+
+    def lines(self, image: Image.Image, boxes: Sequence[Box]) -> list[tuple[str, float]]:
+        """(text, confidence) per box, in order; a box without ink is ("", 1.0)."""
+        inputs = [line_input(image, b, height=self.model.meta.get("height", HEIGHT)) for b in boxes]
+        out: list[tuple[str, float]] = [("", 1.0)] * len(boxes)
+        inked = [i for i, x in enumerate(inputs) if x is not None]
+        inked.sort(key=lambda i: inputs[i].shape[1])  # type: ignore[union-attr]  # similar widths batch together
+        for start in range(0, len(inked), self.batch):
+            group = inked[start : start + self.batch]
+            logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
+            for i, lp in zip(group, logp):
+                frames = math.ceil(inputs[i].shape[1] / 2)  # type: ignore[union-attr]  # this line's own frames
+                out[i] = greedy(lp[:frames])
+        return out
+
+    def read(self, image: Image.Image, boxes: Sequence[Box] | None = None) -> str:
+        if not boxes:
+            raise ReflexError("the reflex reader reads line boxes (PageImages.boxes); it finds no lines itself")
+        return "\n".join(text for text, _ in self.lines(image, boxes))
+
+    def read_batch(self, images: Sequence[Image.Image],
+                   boxes: Sequence[Sequence[Box] | None] | None = None) -> list[str]:
+        per_image = list(boxes) if boxes is not None else [None] * len(images)
+        return [self.read(im, b) for im, b in zip(images, per_image)]

@@ -1,0 +1,113 @@
+"""The reflex reader: its file (ternary, no pickle), its numpy forward pass against the torch
+network it was trained as, its CTC scoring, and a seeded training run that repeats itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optictx.models.reflex import (
+    CHARSET,
+    ReflexError,
+    ReflexModel,
+    batch_of,
+    ctc_logprob,
+    greedy,
+    pack_ternary,
+    save,
+    unpack_ternary,
+)
+
+
+def test_ternary_weights_pack_four_to_a_byte_and_come_back():
+    rng = np.random.default_rng(0)
+    for shape in [(1,), (3, 5), (16, 1, 3, 3), (7, 11, 3)]:
+        t = rng.integers(-1, 2, size=shape).astype(np.int8)
+        packed = pack_ternary(t)
+        assert packed.dtype == np.uint8 and len(packed) == -(-t.size // 4)
+        assert (unpack_ternary(packed, shape) == t).all()
+
+
+def _tiny_model(tmp_path, rng):
+    layers = [{"kind": "conv2d", "relu": True, "pool": [2, 2], "residual": False,
+               "ternary": rng.integers(-1, 2, size=(4, 1, 3, 3)), "scale": np.full(4, 0.5), "bias": np.zeros(4)},
+              {"kind": "conv1d", "relu": False, "pool": None, "residual": False,
+               "ternary": rng.integers(-1, 2, size=(len(CHARSET) + 1, 32, 1)), "scale": np.full(96, 0.1),
+               "bias": np.zeros(96)}]
+    path = tmp_path / "m.npz"
+    save(path, layers, {"seed": 0})
+    return path
+
+
+def test_a_model_file_loads_without_pickle_and_reads_a_batch(tmp_path):
+    path = _tiny_model(tmp_path, np.random.default_rng(1))
+    model = ReflexModel.load(path)
+    lines = [np.random.default_rng(2).random((16, w)).astype(np.float32) for w in (40, 64)]
+    logp = model.logits(batch_of(lines))
+    assert logp.shape == (2, 32, len(CHARSET) + 1)
+    assert np.allclose(np.exp(logp).sum(axis=2), 1.0, atol=1e-4)
+
+
+def test_damaged_foreign_and_pickled_files_are_refused_by_name(tmp_path):
+    path = _tiny_model(tmp_path, np.random.default_rng(1))
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ReflexError, match="cut.npz"):
+        ReflexModel.load(cut)
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, meta=np.array([{"format": "optictx-reflex/1"}], dtype=object))
+    with pytest.raises(ReflexError, match="pickled.npz"):  # an object array needs pickle: never loaded
+        ReflexModel.load(pickled)
+    other = tmp_path / "other.npz"
+    np.savez(other, meta=np.frombuffer(b'{"format": "something/9"}', dtype=np.uint8))
+    with pytest.raises(ReflexError, match="format 'something/9'"):
+        ReflexModel.load(other)
+    with pytest.raises(ReflexError, match="missing.npz"):
+        ReflexModel.load(tmp_path / "missing.npz")
+
+
+def test_ctc_forward_probability_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(20, len(CHARSET) + 1)).astype(np.float32)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    for text in ("a", "hello", "aa b", ""):
+        ours = ctc_logprob(logp, text)
+        target = torch.tensor([[CHARSET.index(c) + 1 for c in text]], dtype=torch.long)
+        theirs = -torch.nn.functional.ctc_loss(torch.from_numpy(logp)[:, None], target, torch.tensor([20]),
+                                                torch.tensor([len(text)]), reduction="sum").item()
+        assert ours == pytest.approx(theirs, abs=1e-3), text
+
+
+def test_greedy_decoding_merges_repeats_and_drops_blanks():
+    frames = [0, 8, 8, 0, 8, 0, 0, 9, 9]  # blank, 'h'... as class indices
+    logp = np.full((len(frames), len(CHARSET) + 1), -20.0, dtype=np.float32)
+    logp[np.arange(len(frames)), frames] = 0.0
+    text, conf = greedy(logp)
+    assert text == CHARSET[7] * 2 + CHARSET[8] and conf == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_exported_ternary_model_reads_as_the_torch_network_does(tmp_path):
+    torch = pytest.importorskip("torch")
+    from optictx.models import reflex_train
+
+    lines = reflex_train.drawn_lines(4, seed=0)
+    assert {"LARGE", "BASE", "SMALL", "TINY"} <= set(lines.tiers)
+    assert all(ch in CHARSET for t in lines.texts for ch in t)
+    net = reflex_train.train(lines, steps=3, seed=0, log=lambda m: None)
+    path = tmp_path / "r.npz"
+    save(path, net.export(), {"seed": 0})
+    x = batch_of([im.astype(np.float32) / 255 for im in lines.images[:6]])
+    with torch.no_grad():
+        theirs = net(torch.from_numpy(x)).permute(1, 0, 2).numpy()
+    assert np.abs(ReflexModel.load(path).logits(x) - theirs).max() < 0.05  # float16 scales on disk
+
+
+def test_a_seeded_training_run_repeats_itself_byte_for_byte(tmp_path):
+    pytest.importorskip("torch")
+    from optictx.models import reflex_train
+
+    out = [reflex_train.run(tmp_path / f"r{k}.npz", pages=4, steps=4, seed=7, threads=1, log=lambda m: None)
+           for k in range(2)]
+    a, b = (dict(np.load(p, allow_pickle=False)) for p in out)
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a if k != "meta")
