@@ -1,22 +1,56 @@
-"""Two readers on the same pages: Tesseract 5 and RapidOCR (PP-OCRv6 small, neural), each given
-the renderer's line boxes, on pages of prose, the shipped synthetic agent sample and, with
---corpus, real agent sessions (OpenAI-style JSONL files). Character accuracy against the page's
-own text, and wall ms per page (both readers on the same 2 cores, one after the other).
+"""Readers on the same pages: Tesseract 5, RapidOCR (PP-OCRv6 small, neural) and the reflex
+reader (optictx.models.ReflexReader, trained on optictx's own renderer), each given the
+renderer's line boxes, on pages of prose, the shipped synthetic agent sample and, with --corpus,
+real agent sessions (OpenAI-style JSONL files). Per tier: character accuracy against the page's
+own text, exact lines (the page's lines found verbatim among the lines read), 7-digit numbers
+and hex ids (8+ hex digits) found, and wall ms per page (every reader on the same 2 cores, one
+after the other; a reader's cache never answers, each page is read once).
 
-    python benchmarks/readers.py --corpus SESSIONS/swe-agent-ctf [--pages 4]
+    python benchmarks/readers.py --corpus SESSIONS/swe-agent-ctf [--pages 4] [--readers tesseract reflex]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 from optictx import Memory, Tier
 from optictx.readers import RapidOcrReader, TesseractReader, char_accuracy
 from optictx.sample import prose_corpus, sample_conversation
+
+NUMBER = re.compile(r"(?<!\d)\d{7}(?!\d)")
+HEX = re.compile(r"(?<![0-9a-f])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}(?![0-9a-f])")
+
+
+def found(pattern: re.Pattern[str], truth: str, read: str) -> tuple[int, int]:
+    """(how many of the page's matches the reader's text holds too, how many there are)."""
+    want, got = Counter(pattern.findall(truth)), Counter(pattern.findall(read))
+    return sum(min(n, got[k]) for k, n in want.items()), sum(want.values())
+
+
+def exact_lines(truth: str, read: str) -> tuple[int, int]:
+    want = Counter(ln.strip() for ln in truth.splitlines() if ln.strip())
+    got = Counter(ln.strip() for ln in read.splitlines() if ln.strip())
+    return sum(min(n, got[k]) for k, n in want.items()), sum(want.values())
+
+
+def make_readers(names: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name in names:
+        if name == "tesseract":
+            out["Tesseract 5"] = TesseractReader(cache_size=1)
+        elif name == "rapidocr":
+            out["RapidOCR"] = RapidOcrReader(cache_size=1)
+        else:
+            from optictx.models import ReflexReader
+
+            out["reflex"] = ReflexReader()
+    return out
 
 
 def corpora(folder: str | None) -> dict[str, list[dict]]:
@@ -42,24 +76,33 @@ def main() -> None:
     ap.add_argument("--corpus", help="a folder of OpenAI-style JSONL sessions")
     ap.add_argument("--pages", type=int, default=4)
     ap.add_argument("--tiers", nargs="+", default=["small", "tiny"])
+    ap.add_argument("--readers", nargs="+", default=["tesseract", "rapidocr", "reflex"],
+                    choices=["tesseract", "rapidocr", "reflex"])
     args = ap.parse_args()
-    readers = {"Tesseract 5": TesseractReader(), "RapidOCR": RapidOcrReader()}
-    print("| corpus | tier | pages | reader | character accuracy (mean, min) | ms per page |")
-    print("|---|---|---:|---|---:|---:|")
+    readers = make_readers(args.readers)
+    print("| corpus | tier | pages | reader | character accuracy (mean, min) | exact lines | 7-digit numbers | "
+          "hex ids | ms per page (min) |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     for name, messages in corpora(args.corpus).items():
         mem, pages = pages_of(messages, args.pages)
         tokens = statistics.mean(mem.tokenizer.count(p.text) for p in pages)
         for tier in (Tier(t) for t in args.tiers):
             for reader_name, reader in readers.items():
-                accs, times = [], []
+                accs, times, lines, numbers, hexes = [], [], [0, 0], [0, 0], [0, 0]
                 for p in pages:
                     image, boxes = mem.images.at(p, tier), mem.images.boxes(p, tier)
                     t0 = time.perf_counter()
-                    accs.append(char_accuracy(p.text, reader.read(image, boxes)))
+                    read = reader.read(image, boxes)  # type: ignore[attr-defined]
                     times.append(time.perf_counter() - t0)
+                    accs.append(char_accuracy(p.text, read))
+                    for total, (k, n) in ((lines, exact_lines(p.text, read)), (numbers, found(NUMBER, p.text, read)),
+                                          (hexes, found(HEX, p.text, read))):
+                        total[0] += k
+                        total[1] += n
+                share = [f"{100 * k / n:.1f}% of {n}" if n else "-" for k, n in (lines, numbers, hexes)]
                 print(f"| {name} ({tokens:.0f} tokens/page) | {tier.value} | {len(pages)} | {reader_name} | "
-                      f"{100 * statistics.mean(accs):.2f}%, {100 * min(accs):.2f}% | "
-                      f"{1000 * statistics.median(times):.0f} |")
+                      f"{100 * statistics.mean(accs):.2f}%, {100 * min(accs):.2f}% | {' | '.join(share)} | "
+                      f"{1000 * min(times):.0f} |", flush=True)
 
 
 if __name__ == "__main__":
