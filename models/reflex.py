@@ -185,6 +185,42 @@ def greedy(logp: np.ndarray) -> tuple[str, float]:
     return text, confidence(logp, text)
 
 
+def beam(logp: np.ndarray, *, width: int = 8, prune: float = -12.0) -> list[tuple[str, float]]:
+    """CTC prefix beam search: the `width` most likely texts with their log-probabilities, best
+    first (an n-best list: the right reading is often second when the first is wrong). Classes
+    below `prune` (log) in a frame are not tried there."""
+    # prefix -> (log P ending in blank, log P ending in its last character)
+    beams: dict[str, tuple[float, float]] = {"": (0.0, -math.inf)}
+    for frame in logp:
+        tried = np.flatnonzero(frame > prune)
+        nxt: dict[str, list[float]] = {}
+        add = _adder(nxt)
+        for prefix, (pb, pc) in beams.items():
+            total = np.logaddexp(pb, pc)
+            for c in tried:
+                p = float(frame[c])
+                if c == 0:
+                    add(prefix, total + p, -math.inf)
+                    continue
+                ch = CHARSET[c - 1]
+                if prefix and prefix[-1] == ch:
+                    add(prefix + ch, -math.inf, pb + p)  # a repeat needs a blank between
+                    add(prefix, -math.inf, pc + p)  # the same character, held
+                else:
+                    add(prefix + ch, -math.inf, total + p)
+        ranked = sorted(nxt.items(), key=lambda kv: -np.logaddexp(*kv[1]))[:width]
+        beams = {k: (v[0], v[1]) for k, v in ranked}
+    return [(k, float(np.logaddexp(*v))) for k, v in sorted(beams.items(), key=lambda kv: -np.logaddexp(*kv[1]))]
+
+
+def _adder(into: dict[str, list[float]]) -> Any:
+    def add(prefix: str, blank: float, char: float) -> None:
+        cur = into.setdefault(prefix, [-math.inf, -math.inf])
+        cur[0], cur[1] = np.logaddexp(cur[0], blank), np.logaddexp(cur[1], char)
+
+    return add
+
+
 def ctc_logprob(logp: np.ndarray, text: str) -> float:
     """log P(text | frames) by the CTC forward algorithm (every alignment, not only the best)."""
     labels = [CHARSET.index(ch) + 1 for ch in text if ch in CHARSET]
@@ -223,9 +259,10 @@ class ReflexReader:
     boxes are needed: this reader does not find lines itself). `lines(...)` also gives each
     line's confidence."""
 
-    def __init__(self, path: str | Path | None = None, *, batch: int = 64) -> None:
+    def __init__(self, path: str | Path | None = None, *, batch: int = 64, beam_width: int = 0) -> None:
+        """`beam_width` 0 decodes greedily (best path); more runs a prefix beam search that wide."""
         self.model = ReflexModel.load(path)
-        self.batch = batch
+        self.batch, self.beam_width = batch, beam_width
 
     def lines(self, image: Image.Image, boxes: Sequence[Box]) -> list[tuple[str, float]]:
         """(text, confidence) per box, in order; a box without ink is ("", 1.0)."""
@@ -238,7 +275,11 @@ class ReflexReader:
             logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
             for i, lp in zip(group, logp):
                 frames = math.ceil(inputs[i].shape[1] / 2)  # type: ignore[union-attr]  # this line's own frames
-                out[i] = greedy(lp[:frames])
+                if self.beam_width:
+                    text = beam(lp[:frames], width=self.beam_width)[0][0]
+                    out[i] = text, confidence(lp[:frames], text)
+                else:
+                    out[i] = greedy(lp[:frames])
         return out
 
     def read(self, image: Image.Image, boxes: Sequence[Box] | None = None) -> str:

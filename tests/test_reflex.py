@@ -11,6 +11,7 @@ from optictx.models.reflex import (
     ReflexError,
     ReflexModel,
     batch_of,
+    beam,
     ctc_logprob,
     greedy,
     pack_ternary,
@@ -111,3 +112,15 @@ def test_a_seeded_training_run_repeats_itself_byte_for_byte(tmp_path):
            for k in range(2)]
     a, b = (dict(np.load(p, allow_pickle=False)) for p in out)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a if k != "meta")
+
+
+def test_beam_search_ranks_by_the_ctc_probability_and_agrees_with_the_forward_algorithm():
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(12, len(CHARSET) + 1)).astype(np.float32) * 3
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    best = beam(logp, width=16, prune=-1e9)
+    assert [s for _, s in best] == sorted((s for _, s in best), reverse=True)
+    for text, score in best[:5]:  # a prefix's beam score is its full CTC probability
+        assert score == pytest.approx(ctc_logprob(logp, text), abs=1e-4), text
+    greedy_text, _ = greedy(logp)
+    assert ctc_logprob(logp, best[0][0]) >= ctc_logprob(logp, greedy_text) - 1e-6
