@@ -39,7 +39,7 @@ def exact_lines(truth: str, read: str) -> tuple[int, int]:
     return sum(min(n, got[k]) for k, n in want.items()), sum(want.values())
 
 
-def make_readers(names: list[str]) -> dict[str, object]:
+def make_readers(names: list[str], weights: str | None = None) -> dict[str, object]:
     out: dict[str, object] = {}
     for name in names:
         if name == "tesseract":
@@ -49,7 +49,7 @@ def make_readers(names: list[str]) -> dict[str, object]:
         else:
             from optictx.models import ReflexReader
 
-            out["reflex"] = ReflexReader()
+            out["reflex"] = ReflexReader(weights)
     return out
 
 
@@ -78,8 +78,9 @@ def main() -> None:
     ap.add_argument("--tiers", nargs="+", default=["small", "tiny"])
     ap.add_argument("--readers", nargs="+", default=["tesseract", "rapidocr", "reflex"],
                     choices=["tesseract", "rapidocr", "reflex"])
+    ap.add_argument("--weights", help="a reflex model file (default: the shipped one)")
     args = ap.parse_args()
-    readers = make_readers(args.readers)
+    readers = make_readers(args.readers, args.weights)
     print("| corpus | tier | pages | reader | character accuracy (mean, min) | exact lines | 7-digit numbers | "
           "hex ids | ms per page (min) |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|")

@@ -112,48 +112,59 @@ class ReflexModel:
         return cls(layers, meta)
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """(n, 1, height, width) lines -> (n, frames, classes) log-probabilities."""
+        """(n, 1, height, width) lines -> (n, frames, classes) log-probabilities. Computed
+        channels-last, so that each convolution is one copy and one matmul."""
+        x = x.transpose(0, 2, 3, 1)  # (n, h, w, c)
         for layer in self.layers:
-            kind = layer["kind"]
-            if kind == "conv2d":
+            if layer["kind"] == "conv2d":
                 x = _conv2d(x, layer["w"], layer["b"])
-            elif kind == "conv1d":
-                if x.ndim == 4:  # fold the remaining height into channels: (n, c*h, frames)
-                    x = x.reshape(x.shape[0], -1, x.shape[3])
+            else:
+                if x.ndim == 4:  # fold the remaining height into channels (channel-major, as torch does)
+                    n, h, w, c = x.shape
+                    x = x.transpose(0, 2, 3, 1).reshape(n, w, c * h)
                 y = _conv1d(x, layer["w"], layer["b"])
                 x = x + y if layer.get("residual") else y
             if layer.get("relu"):
                 x = np.maximum(x, 0.0, out=x)
             if layer.get("pool"):
-                ph, pw = layer["pool"]
-                n, c, h, w = x.shape
-                x = x[:, :, : h - h % ph, : w - w % pw].reshape(n, c, h // ph, ph, w // pw, pw).max(axis=(3, 5))
-        z = x.transpose(0, 2, 1)  # (n, frames, classes)
-        z = z - z.max(axis=2, keepdims=True)
+                x = _pool(x, *layer["pool"])
+        z = x - x.max(axis=2, keepdims=True)
         return z - np.log(np.exp(z).sum(axis=2, keepdims=True))
 
 
+def _pool(x: np.ndarray, ph: int, pw: int) -> np.ndarray:
+    """Max pooling of a channels-last (n, h, w, c) array, stride = window."""
+    h, w = x.shape[1] - x.shape[1] % ph, x.shape[2] - x.shape[2] % pw
+    out = x[:, 0:h:ph, 0:w:pw]
+    for i in range(ph):
+        for j in range(pw):
+            if i or j:
+                out = np.maximum(out, x[:, i:h:ph, j:w:pw])
+    return out
+
+
 def _conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """3x3 (or k x k) convolution, stride 1, zero padding to keep the size: im2col and one matmul."""
-    n, c, h, wid = x.shape
+    """k x k convolution of a channels-last (n, h, w, c) array, stride 1, zero padding that keeps
+    the size: one im2col copy and one matmul."""
+    n, h, wid, c = x.shape
     out_c, _, k, _ = w.shape
     p = k // 2
-    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
-    cols = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))  # n, c, h, w, k, k
-    cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * wid, c * k * k)
-    y = cols @ w.reshape(out_c, -1).T + b
-    return np.ascontiguousarray(y.reshape(n, h, wid, out_c).transpose(0, 3, 1, 2))
+    padded = np.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+    cols = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))  # n, h, w, c, k, k
+    y = cols.reshape(n * h * wid, c * k * k) @ w.reshape(out_c, -1).T + b
+    return y.reshape(n, h, wid, out_c)
 
 
 def _conv1d(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    n, c, t = x.shape
+    """1-D convolution over frames of a channels-last (n, t, c) array."""
+    n, t, c = x.shape
     out_c, _, k = w.shape
+    if k == 1:
+        return (x.reshape(n * t, c) @ w[:, :, 0].T + b).reshape(n, t, out_c)
     p = k // 2
-    padded = np.pad(x, ((0, 0), (0, 0), (p, p)))
-    cols = np.lib.stride_tricks.sliding_window_view(padded, k, axis=2)  # n, c, t, k
-    cols = cols.transpose(0, 2, 1, 3).reshape(n * t, c * k)
-    y = cols @ w.reshape(out_c, -1).T + b
-    return np.ascontiguousarray(y.reshape(n, t, out_c).transpose(0, 2, 1))
+    padded = np.pad(x, ((0, 0), (p, p), (0, 0)))
+    cols = np.lib.stride_tricks.sliding_window_view(padded, k, axis=1)  # n, t, c, k
+    return (cols.reshape(n * t, c * k) @ w.reshape(out_c, -1).T + b).reshape(n, t, out_c)
 
 
 def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
@@ -176,12 +187,16 @@ def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any]) -
 
 # -- decoding -----------------------------------------------------------------------------------
 
-def greedy(logp: np.ndarray) -> tuple[str, float]:
-    """Best path: the most likely class per frame, repeats merged, blanks dropped; with the
-    line's confidence (see `confidence`)."""
+def best_path(logp: np.ndarray) -> str:
+    """The most likely class per frame, repeats merged, blanks dropped."""
     best = logp.argmax(axis=1)
     keep = (best != 0) & np.concatenate([[True], best[1:] != best[:-1]])
-    text = "".join(CHARSET[c - 1] for c in best[keep])
+    return "".join(CHARSET[c - 1] for c in best[keep])
+
+
+def greedy(logp: np.ndarray) -> tuple[str, float]:
+    """The best path, with the line's confidence (see `confidence`)."""
+    text = best_path(logp)
     return text, confidence(logp, text)
 
 
@@ -245,6 +260,36 @@ def ctc_logprob(logp: np.ndarray, text: str) -> float:
     return float(np.logaddexp(alpha[-1], alpha[-2]) if s > 1 else alpha[-1])
 
 
+def ctc_logprobs(logp: np.ndarray, texts: Sequence[str], frames: Sequence[int]) -> np.ndarray:
+    """`ctc_logprob` for a batch at once: logp (n, frames, classes), each line's text and frames."""
+    n = len(texts)
+    labels = [[CHARSET.index(ch) + 1 for ch in t if ch in CHARSET] for t in texts]
+    s = 2 * max((len(lab) for lab in labels), default=0) + 1
+    ext = np.zeros((n, s), dtype=np.int64)
+    for i, lab in enumerate(labels):
+        ext[i, 1 : 2 * len(lab) : 2] = lab
+    size = np.array([2 * len(lab) + 1 for lab in labels])
+    valid = np.arange(s)[None, :] < size[:, None]
+    skip = np.zeros((n, s), dtype=bool)
+    skip[:, 2:] = (ext[:, 2:] != 0) & (ext[:, 2:] != ext[:, :-2])
+    emit = np.take_along_axis(logp, np.broadcast_to(ext[:, None, :], (n, logp.shape[1], s)), axis=2)
+    alpha = np.full((n, s), -np.inf)
+    alpha[:, 0] = emit[:, 0, 0]
+    alpha[:, 1:2] = np.where(size[:, None] > 1, emit[:, 0, 1:2], -np.inf) if s > 1 else alpha[:, 1:2]
+    last = np.array(frames)
+    prev1, prev2 = np.full((n, s), -np.inf), np.full((n, s), -np.inf)
+    for f in range(1, logp.shape[1]):
+        prev1[:, 1:] = alpha[:, :-1]
+        prev2[:, 2:] = np.where(skip[:, 2:], alpha[:, :-2], -np.inf)
+        step = np.logaddexp(np.logaddexp(alpha, prev1), prev2) + emit[:, f]
+        alpha = np.where(valid & (f < last)[:, None], step, alpha)
+    rows = np.arange(n)
+    end = alpha[rows, size - 1]
+    before = np.where(size > 1, alpha[rows, np.maximum(size - 2, 0)], -np.inf)
+    out = np.logaddexp(end, before)
+    return np.where(last >= np.array([len(lab) for lab in labels]), out, -np.inf)
+
+
 def confidence(logp: np.ndarray, text: str) -> float:
     """P(text | frames) per character, geometric mean, from the CTC forward probability: 1.0 for
     a line read without doubt, lower the more other readings compete."""
@@ -273,13 +318,14 @@ class ReflexReader:
         for start in range(0, len(inked), self.batch):
             group = inked[start : start + self.batch]
             logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
-            for i, lp in zip(group, logp):
-                frames = math.ceil(inputs[i].shape[1] / 2)  # type: ignore[union-attr]  # this line's own frames
-                if self.beam_width:
-                    text = beam(lp[:frames], width=self.beam_width)[0][0]
-                    out[i] = text, confidence(lp[:frames], text)
-                else:
-                    out[i] = greedy(lp[:frames])
+            frames = [math.ceil(inputs[i].shape[1] / 2) for i in group]  # type: ignore[union-attr]  # each line's own
+            if self.beam_width:
+                texts = [beam(lp[:f], width=self.beam_width)[0][0] for lp, f in zip(logp, frames)]
+            else:
+                texts = [best_path(lp[:f]) for lp, f in zip(logp, frames)]
+            scores = ctc_logprobs(logp, texts, frames)
+            for i, text, score in zip(group, texts, scores):
+                out[i] = text, float(math.exp(score / max(1, len(text))))
         return out
 
     def read(self, image: Image.Image, boxes: Sequence[Box] | None = None) -> str:

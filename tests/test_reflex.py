@@ -13,6 +13,7 @@ from optictx.models.reflex import (
     batch_of,
     beam,
     ctc_logprob,
+    ctc_logprobs,
     greedy,
     pack_ternary,
     save,
@@ -124,3 +125,13 @@ def test_beam_search_ranks_by_the_ctc_probability_and_agrees_with_the_forward_al
         assert score == pytest.approx(ctc_logprob(logp, text), abs=1e-4), text
     greedy_text, _ = greedy(logp)
     assert ctc_logprob(logp, best[0][0]) >= ctc_logprob(logp, greedy_text) - 1e-6
+
+
+def test_the_batched_forward_algorithm_equals_the_one_line_one():
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(3, 15, len(CHARSET) + 1)).astype(np.float32)
+    logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+    texts, frames = ["ab", "", "zzz"], [15, 9, 12]
+    batched = ctc_logprobs(logp, texts, frames)
+    for i in range(3):
+        assert batched[i] == pytest.approx(ctc_logprob(logp[i, : frames[i]], texts[i]), abs=1e-4)
