@@ -87,6 +87,7 @@ class ReflexModel:
 
     def __init__(self, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         self.layers, self.meta = layers, meta
+        self._tensors: list[tuple[Any, Any]] | None = None  # the weights as torch tensors, made once
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ReflexModel:
@@ -112,8 +113,35 @@ class ReflexModel:
         return cls(layers, meta)
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """(n, 1, height, width) lines -> (n, frames, classes) log-probabilities. Computed
-        channels-last, so that each convolution is one copy and one matmul."""
+        """(n, 1, height, width) lines -> (n, frames, classes) log-probabilities: by torch's CPU
+        convolutions where torch is installed (about 3x faster on one core), else by numpy."""
+        torch = _torch()
+        if torch is not None:
+            return self._logits_torch(torch, x)
+        return self._logits_numpy(x)
+
+    def _logits_torch(self, torch: Any, x: np.ndarray) -> np.ndarray:
+        fn = torch.nn.functional
+        if self._tensors is None:
+            self._tensors = [(torch.from_numpy(layer["w"]), torch.from_numpy(layer["b"])) for layer in self.layers]
+        with torch.no_grad():
+            t = torch.from_numpy(x)
+            for layer, (w, b) in zip(self.layers, self._tensors):
+                if layer["kind"] == "conv2d":
+                    t = fn.conv2d(t, w, b, padding=w.shape[2] // 2)
+                else:
+                    if t.dim() == 4:
+                        t = t.reshape(t.shape[0], -1, t.shape[3])
+                    y = fn.conv1d(t, w, b, padding=w.shape[2] // 2)
+                    t = t + y if layer.get("residual") else y
+                if layer.get("relu"):
+                    t = torch.relu(t)
+                if layer.get("pool"):
+                    t = fn.max_pool2d(t, tuple(layer["pool"]))
+            return t.permute(0, 2, 1).log_softmax(2).numpy()
+
+    def _logits_numpy(self, x: np.ndarray) -> np.ndarray:
+        """The same forward pass channels-last, so that each convolution is one copy and one matmul."""
         x = x.transpose(0, 2, 3, 1)  # (n, h, w, c)
         for layer in self.layers:
             if layer["kind"] == "conv2d":
@@ -130,6 +158,14 @@ class ReflexModel:
                 x = _pool(x, *layer["pool"])
         z = x - x.max(axis=2, keepdims=True)
         return z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _pool(x: np.ndarray, ph: int, pw: int) -> np.ndarray:

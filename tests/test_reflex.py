@@ -135,3 +135,10 @@ def test_the_batched_forward_algorithm_equals_the_one_line_one():
     batched = ctc_logprobs(logp, texts, frames)
     for i in range(3):
         assert batched[i] == pytest.approx(ctc_logprob(logp[i, : frames[i]], texts[i]), abs=1e-4)
+
+
+def test_numpy_and_torch_forward_passes_agree(tmp_path):
+    pytest.importorskip("torch")
+    model = ReflexModel.load(_tiny_model(tmp_path, np.random.default_rng(6)))
+    x = batch_of([np.random.default_rng(7).random((16, w)).astype(np.float32) for w in (40, 64, 13)])
+    assert np.abs(model._logits_numpy(x) - model.logits(x)).max() < 1e-3
