@@ -213,3 +213,30 @@ def test_a_commit_whose_answer_is_lost_is_resolved_not_repeated(db, grouped):
     finally:
         relay.close()
     assert [t.content for t in Memory.open(pg.url(name, memory="relayed")).transcript()] == want
+
+
+@pytest.mark.parametrize("where", ["sqlite", "postgres"])
+def test_the_proxy_ledger_answers_the_same_on_both_engines(pg, tmp_path, where):
+    from optictx.serve.ledger import Ledger, Sent
+
+    ledger = Ledger(tmp_path / "serve" if where == "sqlite" else pg.url(pg.database()))
+    try:
+        ledger.new_conversation("c1", "t1", "chat")
+        ledger.new_conversation("c1", "t1", "chat")  # a replica's retry: no second row, no error
+        ledger.new_conversation("c2", "t2", None)
+        ledger.extend("c1", [b"d1", b"d2", b"d3"], 0)
+        ledger.extend("c1", [b"d1", b"d2", b"d3"], 1)  # again from turn 1 (a killed replica's leftovers)
+        assert ledger.longest([b"x", b"d1", b"d2"]) == ("c1", 2) and ledger.longest([b"nope"]) is None
+        for status in (200, 429):
+            ledger.record(Sent("c1", "t1", "openai", "gpt-4o", "openai:gpt-4o", 3, 900, 300, False,
+                               {"small": 2, "gone": 1}, status))
+        (row,) = ledger.conversations("t1")
+        assert (row["id"], row["name"], row["requests"], row["original"], row["sent"]) == ("c1", "chat", 2, 1800, 600)
+        assert [r["status"] for r in ledger.requests("t1", "c1")] == [200, 429]
+        assert ledger.requests("t1", "c1")[0]["tiers"] == {"small": 2, "gone": 1}
+        assert ledger.requests("t2", "c1") == [] and ledger.owner("c2") == "t2"
+        assert [c["id"] for c in ledger.conversations("t2")] == ["c2"]  # no requests yet: still listed
+        ledger.forget("c1")
+        assert ledger.longest([b"d3"]) is None
+    finally:
+        ledger.close()
