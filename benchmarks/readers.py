@@ -79,10 +79,15 @@ def main() -> None:
     ap.add_argument("--readers", nargs="+", default=["tesseract", "rapidocr", "reflex"],
                     choices=["tesseract", "rapidocr", "reflex"])
     ap.add_argument("--weights", help="a reflex model file (default: the shipped one)")
+    ap.add_argument("--torch-threads", type=int, help="threads for the reflex reader's torch (1: Tesseract's one core)")
     args = ap.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     readers = make_readers(args.readers, args.weights)
     print("| corpus | tier | pages | reader | character accuracy (mean, min) | exact lines | 7-digit numbers | "
-          "hex ids | ms per page (min) |")
+          "hex ids | ms per page, min (per line) |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     for name, messages in corpora(args.corpus).items():
         mem, pages = pages_of(messages, args.pages)
@@ -101,9 +106,10 @@ def main() -> None:
                         total[0] += k
                         total[1] += n
                 share = [f"{100 * k / n:.1f}% of {n}" if n else "-" for k, n in (lines, numbers, hexes)]
+                per_line = 1000 * min(t / max(1, len(mem.images.boxes(p, tier))) for t, p in zip(times, pages))
                 print(f"| {name} ({tokens:.0f} tokens/page) | {tier.value} | {len(pages)} | {reader_name} | "
                       f"{100 * statistics.mean(accs):.2f}%, {100 * min(accs):.2f}% | {' | '.join(share)} | "
-                      f"{1000 * min(times):.0f} |", flush=True)
+                      f"{1000 * min(times):.0f} ({per_line:.2f} per line) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -46,10 +46,33 @@ _CODE = str.split("def class return import from self None True False if elif els
 
 
 def _word(rng: random.Random) -> str:
-    made = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4)))
-    w = rng.choice(_WORDS) if rng.random() < 0.6 else made
+    r = rng.random()
+    if r < 0.55:
+        w = rng.choice(_WORDS)
+    elif r < 0.85:
+        w = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4)))
+    else:  # letters the lists above seldom have (j, q, x, z ...) come from here
+        w = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, 9)))
     r = rng.random()
     return w.capitalize() if r < 0.12 else w.upper() if r < 0.15 else w
+
+
+def _dressed(rng: random.Random, w: str) -> str:
+    """A word as prose dresses it: a comma or a full stop after it, quotes or brackets around it,
+    a hyphen to the next, an apostrophe, now and then a stray symbol."""
+    r = rng.random()
+    if r < 0.12:
+        return w + ","
+    if r < 0.16:
+        return w + rng.choice([".", ";", ":", "!", "?"])
+    if r < 0.20:
+        q = rng.choice(["'", '"', "`", "(", "[", "{", "<", "*", "_"])
+        return q + w + {"(": ")", "[": "]", "{": "}", "<": ">"}.get(q, q)
+    if r < 0.24:
+        return w + rng.choice(["-", " -", " --", "/", "'s", "'t", "n't"])
+    if r < 0.27:
+        return rng.choice(string.punctuation) + w
+    return w
 
 
 def _ident(rng: random.Random) -> str:
@@ -71,7 +94,7 @@ def _number(rng: random.Random) -> str:
 def _prose(rng: random.Random) -> str:
     out = []
     for _ in range(rng.randint(1, 6)):
-        words = [_number(rng) if rng.random() < 0.05 else _word(rng) for _ in range(rng.randint(4, 18))]
+        words = [_dressed(rng, _number(rng) if rng.random() < 0.06 else _word(rng)) for _ in range(rng.randint(4, 18))]
         sentence = " ".join(words)
         out.append(sentence[0].upper() + sentence[1:] + rng.choice(".....!?;:"))
     return " ".join(out)
