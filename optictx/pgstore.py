@@ -128,18 +128,25 @@ def release(url: str) -> None:
     _POOLS.give(parse(url)[0])
 
 
-def exists(url: str) -> bool:
-    """Whether the URL's memory exists (asked on the shared pool: cheap for a proxy that asks often)."""
-    _, tenant, name = parse(url)
-    shared = pool(url)
+def _pooled(url: str, sql: str, args: tuple[Any, ...], *, create: bool = False) -> list[tuple[Any, ...]]:
+    """One statement on this process's pool for `url` (taken and given back): the module-level
+    questions a proxy asks often, without a connection of their own each time."""
+    shared = pool(url, create=create)
     try:
         with shared.connection() as conn:
-            return conn.execute("SELECT 1 FROM optictx_memories WHERE tenant = %s AND name = %s",
-                                (tenant, name)).fetchone() is not None
+            cur = conn.execute(sql, args)
+            return cur.fetchall() if cur.description else []
     except psycopg.Error as exc:
-        raise StoreError(f"{where(url)}: cannot look up memory {name!r} ({_first_line(exc)})") from None
+        raise StoreError(f"{where(url)}: {_first_line(exc)}") from None
     finally:
         release(url)
+
+
+def exists(url: str) -> bool:
+    """Whether the URL's memory exists."""
+    _, tenant, name = parse(url)
+    return bool(_pooled(url, "SELECT 1 FROM optictx_memories WHERE tenant = %s AND name = %s", (tenant, name),
+                        create=True))
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -183,20 +190,30 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str, create: bool) -> None
 def names(url: str) -> list[str]:
     """The memories of the URL's tenant, by name (other tenants' are not listed)."""
     _, tenant, _ = parse(url)
-    with connect(url) as conn:
-        ensure_schema(conn, url, create=False)
-        return [r[0] for r in conn.execute("SELECT name FROM optictx_memories WHERE tenant = %s ORDER BY name",
-                                           (tenant,))]
+    return [r[0] for r in _pooled(url, "SELECT name FROM optictx_memories WHERE tenant = %s ORDER BY name",
+                                  (tenant,))]
 
 
 def delete(url: str) -> bool:
     """Delete the URL's memory (its turns and pages); False when there was none."""
     _, tenant, name = parse(url)
-    with connect(url) as conn:
-        ensure_schema(conn, url, create=False)
-        gone = conn.execute("DELETE FROM optictx_memories WHERE tenant = %s AND name = %s RETURNING id",
-                            (tenant, name)).fetchone()
-    return gone is not None
+    return bool(_pooled(url, "DELETE FROM optictx_memories WHERE tenant = %s AND name = %s RETURNING id",
+                        (tenant, name)))
+
+
+def retrying(shared: ConnectionPool, work: Any, *, attempts: int = _RETRIES) -> Any:
+    """`work(conn)` on a pooled connection, tried again (with a short backoff) when the connection
+    drops; the last OperationalError propagates. Only for work that is safe to repeat."""
+    for attempt in range(attempts):
+        try:
+            with shared.connection() as conn:
+                return work(conn)
+        except psycopg.OperationalError:
+            if attempt == attempts - 1:
+                raise
+            shared.check()  # drop the pool's other dead connections before trying again
+            time.sleep(0.05 * 2**attempt)
+    return None  # attempts < 1: nothing tried
 
 
 class PostgresStore:
@@ -234,30 +251,16 @@ class PostgresStore:
 
     # -- connections --------------------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        if self._held is not None:
-            yield self._held
-            return
-        with self._pool.connection() as conn:
-            yield conn
-
     def _retrying(self, what: str, work: Any) -> Any:
-        """`work(conn)` on a pooled connection, tried again on a dropped one (not inside a batch:
-        a batch's transaction dies with its connection)."""
-        attempt = 0
-        while True:
-            try:
-                with self._lock, self._connection() as conn:
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                attempt += 1
-                if self._held is not None or attempt == _RETRIES:
-                    raise StoreError(f"{self.where}: could not {what} ({_first_line(exc)})") from None
-                self._pool.check()  # drop the pool's other dead connections before trying again
-                time.sleep(0.05 * 2**attempt)
-            except psycopg.Error as exc:
-                raise StoreError(f"{self.where}: could not {what} ({_first_line(exc)})") from None
+        """`work(conn)`, tried again on a dropped connection; inside a batch once, on its connection
+        (a batch's transaction dies with its connection). Failures are StoreErrors."""
+        try:
+            with self._lock:
+                if self._held is not None:
+                    return work(self._held)
+                return retrying(self._pool, work)
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: could not {what} ({_first_line(exc)})") from None
 
     def _rows(self, what: str, sql: str, args: Any) -> list[tuple[Any, ...]]:
         return self._retrying(what, lambda conn: conn.execute(sql, args).fetchall())

@@ -89,16 +89,8 @@ class _Postgres:
                 conn.execute(statement)
 
     def _retried(self, work: Callable[[Any], Any], idempotent: bool) -> Any:
-        attempt = 0
-        while True:
-            try:
-                with self._pool.connection() as conn:
-                    return work(conn)
-            except self._pg.psycopg.OperationalError:  # a dropped connection: again, unless a row could double
-                attempt += 1
-                if not idempotent or attempt == 3:
-                    raise
-                self._pool.check()
+        # A dropped connection is tried again, unless that could count a row twice.
+        return self._pg.retrying(self._pool, work, attempts=3 if idempotent else 1)
 
     def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
         def work(conn: Any) -> list[tuple[Any, ...]]:
