@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from optictx.models import reflex
 from optictx.models.reflex import (
     CHARSET,
     ReflexError,
@@ -127,14 +128,18 @@ def test_beam_search_ranks_by_the_ctc_probability_and_agrees_with_the_forward_al
     assert ctc_logprob(logp, best[0][0]) >= ctc_logprob(logp, greedy_text) - 1e-6
 
 
-def test_the_batched_forward_algorithm_equals_the_one_line_one():
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_the_batched_forward_algorithm_equals_the_one_line_one(engine, monkeypatch):
+    if engine == "numpy":
+        monkeypatch.setattr(reflex, "_torch", lambda: None)
     rng = np.random.default_rng(5)
-    z = rng.normal(size=(3, 15, len(CHARSET) + 1)).astype(np.float32)
+    z = rng.normal(size=(4, 15, len(CHARSET) + 1)).astype(np.float32)
     logp = z - np.log(np.exp(z).sum(axis=2, keepdims=True))
-    texts, frames = ["ab", "", "zzz"], [15, 9, 12]
+    texts, frames = ["ab", "", "zzz", "aaaa"], [15, 9, 12, 6]  # "aaaa" needs 7 frames: impossible in 6
     batched = ctc_logprobs(logp, texts, frames)
-    for i in range(3):
+    for i in range(4):
         assert batched[i] == pytest.approx(ctc_logprob(logp[i, : frames[i]], texts[i]), abs=1e-4)
+    assert batched[3] == -np.inf
 
 
 def test_numpy_and_torch_forward_passes_agree(tmp_path):
