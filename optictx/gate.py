@@ -15,8 +15,11 @@ gate"), paid once per page (results are cached by page digest).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .errors import ConfigError
 from .images import PageImages
@@ -40,8 +43,20 @@ class LegibilityGate:
         self.max_cer = limits  # a tier left out is not checked: taken as legible
         self.reads = 0  # page reads done, for tests and benchmarks
         self.cer: dict[tuple[str, Tier], float] = {}  # (page digest, tier) -> measured error rate
+        self.confidence: dict[tuple[str, Tier], float] = {}  # the same, the reader's own confidence
         self._floors: dict[str, Tier] = {}
         self._lock = threading.Lock()
+
+    @property
+    def key(self) -> str | None:
+        """Names what the floors depend on (the reader, its weights and settings, the thresholds),
+        for storing them beside the pages; None when the reader does not say what it is
+        (`identity`): then nothing is stored."""
+        identity = getattr(self.reader, "identity", None)
+        if not isinstance(identity, str):
+            return None
+        limits = sorted((t.value, v) for t, v in self.max_cer.items())
+        return hashlib.sha256(json.dumps([identity, limits]).encode()).hexdigest()[:24]
 
     def floors(self, pages: Sequence[Page], images: PageImages) -> list[Tier]:
         """Each page's floor (cached by digest). Pages still to measure are read in one batch per
@@ -56,12 +71,47 @@ class LegibilityGate:
                     self._floors.update(dict.fromkeys(todo, tier))
                     break
                 batch = list(todo.values())
-                read = images.read(self.reader, batch, tier)
                 self.reads += len(batch)
-                for page, text in zip(batch, read):
+                for page, (text, confidence) in zip(batch, self._read(batch, images, tier)):
                     cer = self.cer[page.digest, tier] = 1.0 - char_accuracy(page.text, text)
+                    if confidence is not None:
+                        self.confidence[page.digest, tier] = confidence
                     if cer <= limit:
                         self._floors[page.digest] = tier
                         del todo[page.digest]
             self._floors.update(dict.fromkeys(todo, Tier.TEXT))  # no image tier reads well enough
             return [self._floors[p.digest] for p in pages]
+
+    def _read(self, pages: list[Page], images: PageImages, tier: Tier) -> list[tuple[str, float | None]]:
+        scored = getattr(self.reader, "read_scored", None)  # a reader that knows how sure it is
+        if scored is None:
+            return [(text, None) for text in images.read(self.reader, pages, tier)]
+        return [scored(images.at(p, tier), images.boxes(p, tier)) for p in pages]
+
+    def measured(self, digest: str) -> dict[str, Any] | None:
+        """What was found for the page `digest`: its floor, and per tier read the error rate and
+        (where the reader gives one) its confidence; None if it was not read yet."""
+        floor = self._floors.get(digest)
+        if floor is None:
+            return None
+        tiers = [t for t in GATED_TIERS if (digest, t) in self.cer]
+        return {"floor": floor.value,
+                "cer": {t.value: round(self.cer[digest, t], 5) for t in tiers},
+                "confidence": {t.value: round(self.confidence[digest, t], 5)
+                               for t in tiers if (digest, t) in self.confidence}}
+
+    def remember(self, found: Mapping[str, str]) -> None:
+        """Take in findings stored earlier (`measured`, as JSON, per page digest); bodies that do
+        not parse are left out, and those pages are read again."""
+        with self._lock:
+            for digest, body in found.items():
+                try:
+                    data = json.loads(body)
+                    floor = Tier(data["floor"])
+                    cer = {Tier(t): float(v) for t, v in data["cer"].items()}
+                    conf = {Tier(t): float(v) for t, v in data.get("confidence", {}).items()}
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                    continue
+                self._floors[digest] = floor
+                self.cer.update({(digest, t): v for t, v in cer.items()})
+                self.confidence.update({(digest, t): v for t, v in conf.items()})

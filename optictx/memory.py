@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from .assemble import assemble
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
@@ -88,6 +89,8 @@ class Memory:
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._lock = threading.RLock()
         self._store = self._open_store(store)
+        self._floor_key: str | None = None  # the gate whose stored floors were taken in
+        self._floors_stored: set[str] = set()  # page digests whose floors the store holds
         self._load()
 
     # The policy's fields, readable and settable on the memory (a new policy takes effect on the
@@ -274,7 +277,7 @@ class Memory:
         pack = self._packer.view()
         # The gate reads sealed pages only: unsealed ones change with every turn, and they are
         # the newest, which the ladder keeps sharpest.
-        floors = tuple(self.gate.floors(pack.sealed, self.images)) if self.gate else ()
+        floors = tuple(self._floors(pack.sealed)) if self.gate else ()
         last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
         # The whole transcript is read back only when its text alone fits: then it may go as it came.
         verbatim = self.policy.verbatim and self._text_total <= budget.limit
@@ -286,6 +289,38 @@ class Memory:
         return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), tokens, pack,
                         self.tokenizer.count, images, floors, last, self._facts, transcript,
                         self._text_total, tuple(s for sizes in self._images.values() for s in sizes))
+
+    def _floors(self, sealed: Sequence[Page]) -> list[Tier]:
+        """The gate's floors of `sealed`, with what the store holds taken in first and what was
+        newly read stored: a reopened memory does not read its pages again."""
+        gate = self.gate
+        assert gate is not None
+        key = gate.key
+        if key is not None and key != self._floor_key:  # this gate's first use here
+            stored = self._store.load_floors(key)
+            gate.remember(stored)
+            self._floor_key, self._floors_stored = key, set(stored)
+        floors = gate.floors(sealed, self.images)
+        if key is not None:
+            fresh = {p.digest: found for p in sealed if p.digest not in self._floors_stored
+                     for found in [gate.measured(p.digest)] if found is not None}
+            if fresh:
+                self._store.save_floors(key, {d: json.dumps(f) for d, f in fresh.items()})
+                self._floors_stored.update(fresh)
+        return floors
+
+    def legibility(self) -> list[dict[str, Any]]:
+        """Per sealed page, what the legibility gate found (reading the pages it has not read
+        yet): the turns on it, its floor (the least sharp tier that reads within the threshold,
+        or "text"), and per tier read the character error rate and the reader's confidence."""
+        with self._lock:
+            self._sync()
+            if self.gate is None:
+                raise ConfigError("legibility() needs a gate: Memory(gate=LegibilityGate(reader))")
+            sealed = self._packer.view().sealed
+            self._floors(sealed)
+            return [{"page": n, "turns": [p.turn_ids[0], p.turn_ids[-1]], **(self.gate.measured(p.digest) or {})}
+                    for n, p in enumerate(sealed)]
 
     def original_tokens(self, vision: str | CostModel | None = None) -> int:
         """What the whole conversation costs sent as it came, under `vision` (default: the

@@ -26,13 +26,13 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import StoreError, need
-from .store import decode_meta, decode_turns, dump_turn, gap_free, intact_pages, load_turn, seal
+from .store import decode_meta, decode_turns, dump_turn, gap_free, intact_floors, intact_pages, load_turn, seal
 from .turns import Turn
 
 psycopg = need("psycopg", "postgres")
@@ -56,6 +56,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "key TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (memory, key, idx))"),
 }
 _TABLES = {"optictx_memories", "optictx_turns", "optictx_pages"}
+# The legibility gate's findings: a cache beside the pages, made on its first write (under the
+# schema lock). Not a schema step: an older optictx on the same database goes on as before.
+_FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS optictx_floors (memory BIGINT NOT NULL REFERENCES optictx_memories (id) "
+                 "ON DELETE CASCADE, gate TEXT NOT NULL, page TEXT NOT NULL, body TEXT NOT NULL, "
+                 "PRIMARY KEY (memory, gate, page))")
+_FLOORS_MADE: set[str] = set()  # databases this process has seen the floors table in
 
 
 def parse(url: str) -> tuple[str, str, str]:
@@ -434,6 +440,35 @@ class PostgresStore:
 
         with contextlib.suppress(StoreError):  # a cache write: the pages are re-packed on the next open
             self._retrying("store pages", work)
+
+    def load_floors(self, gate: str) -> dict[str, str]:
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            with conn.transaction():  # a savepoint inside a batch: no table yet spoils nothing else
+                return conn.execute("SELECT page, body FROM optictx_floors WHERE memory = %s AND gate = %s",
+                                    (self._id, gate)).fetchall()
+
+        try:
+            return intact_floors(self._retrying("read floors", work))
+        except StoreError:
+            return {}  # derived data: the gate reads the pages again
+
+    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
+        rows = [(self._id, gate, page, seal(body)) for page, body in floors.items()]
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                if self._conninfo not in _FLOORS_MADE:  # once per process and database
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    cur.execute(_FLOORS_TABLE)
+                cur.executemany("INSERT INTO optictx_floors (memory, gate, page, body) VALUES (%s, %s, %s, %s) "
+                                "ON CONFLICT (memory, gate, page) DO UPDATE SET body = excluded.body", rows)
+
+        try:
+            self._retrying("store floors", work)
+        except StoreError:  # a cache write: the pages are read again on the next open
+            _FLOORS_MADE.discard(self._conninfo)  # perhaps no table (a batch rolled it back): make it again
+        else:
+            _FLOORS_MADE.add(self._conninfo)
 
     def close(self) -> None:
         with self._lock:

@@ -71,6 +71,12 @@ class CachedReader:
     def _settings(self) -> str:
         raise NotImplementedError
 
+    @property
+    def identity(self) -> str:
+        """What this reader is and how it is set: what it reads follows from this (the gate
+        stores its floors under it)."""
+        return f"{type(self).__name__}/{self._settings()}"
+
     def _recognize(self, image: Image.Image, boxes: Sequence[Box] | None) -> str:
         raise NotImplementedError
 
@@ -124,7 +130,8 @@ class TesseractReader(CachedReader):
         self._local = threading.local()
 
     def _settings(self) -> str:
-        return f"{self.upscale_to}/{self.psm}/{self.lang}/{self.line_boxes}/{self.trim}"
+        return (f"{self._tesserocr.tesseract_version().split()[1]}/{self.upscale_to}/{self.psm}/{self.lang}/"
+                f"{self.line_boxes}/{self.trim}")
 
     def _recognize(self, image: Image.Image, boxes: Sequence[Box] | None) -> str:
         scale = 1.0

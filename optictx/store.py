@@ -12,6 +12,8 @@ Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test
 - Pages are derived data, stored beside the turns under a key naming everything that shapes them
   (render settings, fonts, page density, tokenizer). They are a cache: a missing, damaged or
   foreign-keyed page set is rebuilt from the turns, never mixed with pages of other settings.
+  The legibility gate's floors are such a cache too, per page digest and gate (reader and
+  thresholds): a reopened memory does not read its pages again.
 - Every row written since schema 3 carries a CRC-32 of its text, so a flipped byte is a
   StoreError naming the file (or, in a page, a page re-packed), never a silently different turn.
   A turn is read back before it is committed: nothing is stored that cannot be opened again.
@@ -26,7 +28,7 @@ import os
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +49,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "PRIMARY KEY (key, idx))",),
     3: (),  # rows written from here on start with the CRC-32 of their text (seal); older ones do not
 }
+# The legibility gate's findings: a cache beside the pages, made on its first write. Not a schema
+# step: an older optictx opens the file as before and never looks at it.
+_FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS floors (gate TEXT NOT NULL, page TEXT NOT NULL, body TEXT NOT NULL, "
+                 "PRIMARY KEY (gate, page))")
 
 
 class Store(Protocol):
@@ -71,6 +77,12 @@ class Store(Protocol):
         ...
 
     def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None: ...
+
+    def load_floors(self, gate: str) -> dict[str, str]:
+        """The legibility gate's stored findings for gate `gate`: page digest -> body (gate.py)."""
+        ...
+
+    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None: ...
 
     def batch(self) -> AbstractContextManager[None]:
         """Group appends: durable together at the end, all rolled back on an exception."""
@@ -109,6 +121,12 @@ class MemoryStore:
         return []  # pages live in the Memory itself; nothing outlives the process
 
     def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
+        pass
+
+    def load_floors(self, gate: str) -> dict[str, str]:
+        return {}  # the gate itself holds what it read
+
+    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
         pass
 
     @contextmanager
@@ -299,6 +317,23 @@ class SQLiteStore:
         except sqlite3.OperationalError:
             pass  # a cache write (read-only file, lock timeout): the pages are re-packed on next open
 
+    def load_floors(self, gate: str) -> dict[str, str]:
+        try:
+            with self._lock:
+                rows = self._db.execute("SELECT page, body FROM floors WHERE gate = ?", (gate,)).fetchall()
+        except (sqlite3.DatabaseError, ValueError):  # no table yet (or damaged): read the pages again
+            return {}
+        return intact_floors(rows)
+
+    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
+        try:
+            with self._write():
+                self._db.execute(_FLOORS_TABLE)
+                self._db.executemany("INSERT OR REPLACE INTO floors (gate, page, body) VALUES (?, ?, ?)",
+                                     [(gate, page, seal(body)) for page, body in floors.items()])
+        except sqlite3.OperationalError:
+            pass  # a cache write (read-only file, lock timeout): the pages are read again on next open
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -337,6 +372,15 @@ def intact_pages(rows: Iterable[tuple[int, Any]]) -> list[str]:
             out.append(unseal(body))
         except StoreError:
             break
+    return out
+
+
+def intact_floors(rows: Iterable[tuple[Any, Any]]) -> dict[str, str]:
+    """Stored (page digest, body) rows of the gate: damaged ones are left out (read again)."""
+    out = {}
+    for page, body in rows:
+        with contextlib.suppress(StoreError):
+            out[str(page)] = unseal(body)
     return out
 
 
