@@ -20,17 +20,22 @@ from optictx.readers import TesseractReader
 from optictx.sample import prose_corpus
 
 
-def build(n: int, seed: int) -> tuple[Memory, dict[int, str]]:
+def needle_turns(n: int, seed: int) -> list[tuple[dict, str]]:
+    """`n` prose turns, each with the 7-digit number it hides."""
     rng, prose = random.Random(seed), prose_corpus(chunk=2200)
-    mem = Memory(budget=Budget(tokens=100_000), keep_recent=2, verbatim=False)  # what pages keep
-    needles = {}
+    out = []
     for i in range(n):
         number = str(rng.randint(1_000_000, 9_999_999))
         text = prose[i % len(prose)]
         cut = rng.randint(0, len(text))
-        turn = mem.add({"role": "user", "content": f"{text[:cut]} The code for vault {i} is {number}. {text[cut:]}"})
-        needles[turn.id] = number
-    return mem, needles
+        out.append(({"role": "user", "content": f"{text[:cut]} The code for vault {i} is {number}. {text[cut:]}"},
+                    number))
+    return out
+
+
+def build(n: int, seed: int) -> tuple[Memory, dict[int, str]]:
+    mem = Memory(budget=Budget(tokens=100_000), keep_recent=2, verbatim=False)  # what pages keep
+    return mem, {mem.add(turn).id: number for turn, number in needle_turns(n, seed)}
 
 
 def main() -> None:

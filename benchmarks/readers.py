@@ -1,7 +1,8 @@
 """Readers on the same pages: Tesseract 5, RapidOCR (PP-OCRv6 small, neural) and the reflex
 reader (optictx.models.ReflexReader, trained on optictx's own renderer), each given the
 renderer's line boxes, on pages of prose, the shipped synthetic agent sample and, with --corpus,
-real agent sessions (OpenAI-style JSONL files). Per tier: character accuracy against the page's
+real agent sessions (OpenAI-style JSONL files), and prose hiding a 7-digit number per turn
+(benchmarks/needles.py). Per tier: character accuracy against the page's
 own text, exact lines (the page's lines found verbatim among the lines read), 7-digit numbers
 and hex ids (8+ hex digits) found, and wall ms per page (every reader on the same 2 cores, one
 after the other; a reader's cache never answers, each page is read once).
@@ -18,6 +19,8 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
+
+from needles import needle_turns
 
 from optictx import Memory, Tier
 from optictx.readers import RapidOcrReader, TesseractReader, char_accuracy
@@ -55,7 +58,8 @@ def make_readers(names: list[str], weights: str | None = None) -> dict[str, obje
 
 def corpora(folder: str | None) -> dict[str, list[dict]]:
     out = {"prose": [{"role": "user", "content": c} for c in prose_corpus()],
-           "agent sample (synthetic)": sample_conversation()}
+           "agent sample (synthetic)": sample_conversation(),
+           "7-digit needles in prose": [turn for turn, _ in needle_turns(60, seed=1)]}
     if folder:  # the real sessions one after another: one long stream of agent traffic
         out["real agent sessions"] = [json.loads(line) for path in sorted(Path(folder).glob("*.jsonl"))
                                       for line in path.read_text().splitlines() if line.strip()]

@@ -272,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("--seed", type=int)
     niah.add_argument("--workers", type=int)
     niah.add_argument("--backend", choices=["reader", "vlm"])
+    niah.add_argument("--gate", type=float, metavar="MAX_CER",
+                      help="a legibility gate on the reflex reader, at this character error rate")
     renders(niah)
     niah.add_argument("--base-url", help="vlm backend: OpenAI-compatible server")
     niah.add_argument("--model", help="vlm backend: model name")

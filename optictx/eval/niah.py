@@ -41,10 +41,12 @@ from optictx.errors import ConfigError, MissingExtraError, need
 
 from ..budget import Budget
 from ..context import Context
+from ..gate import LegibilityGate
 from ..io import read_jsonl
 from ..memory import Memory, turn_tokens
 from ..renderers import RenderConfig
 from ..sample import prose_corpus, sample_conversation
+from ..tiers import Tier
 from ..tokens import get_tokenizer
 from ..turns import Turn, to_turn
 
@@ -78,6 +80,8 @@ class NiahConfig(BaseModel):
     seed: int = 0
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1)
     backend: Literal["reader", "vlm"] = "reader"
+    gate: float | None = Field(None, ge=0, le=1, description="max CER of a legibility gate on the reflex reader "
+                               "(None: no gate)")
     base_url: str | None = None
     model: str | None = None
     api_key: str = "unused"
@@ -123,6 +127,7 @@ class CellResult:
     full_text: bool | None  # None: the transcript does not fit the budget
     context_tokens: int
     answer: str | None = None
+    below_floor: int = 0  # image pages sent at a tier sharper than nothing but below the gate's floor
 
     @property
     def recall(self) -> float:
@@ -326,10 +331,11 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     limit = round(cell.budget * total) if cell.budget <= 1 else int(cell.budget)
     # verbatim=False: the harness measures what pages keep, also where the text alone would fit.
     mem = Memory(vision=config.vision, budget=Budget(tokens=limit), keep_recent=config.keep_recent,
-                 render=config.render, verbatim=False)
+                 render=config.render, verbatim=False, gate=_gate(config.gate))
     for t in turns:
         mem.add(t)
     ctx = mem.context()
+    below = _below_floor(mem, ctx)
 
     def read(seg: Any) -> str:
         return _reader().read(seg.image, seg.boxes)
@@ -348,7 +354,25 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     return CellResult(
         cell, total, limit, needles.values, [w[0] for w in where], [w[1] for w in where],
         [o[0] is not None for o in optical], [o[1] for o in optical],
-        [v.lower() in trunc for v in needles.values], True if total <= limit else None, ctx.tokens, answer)
+        [v.lower() in trunc for v in needles.values], True if total <= limit else None, ctx.tokens, answer, below)
+
+
+def _gate(max_cer: float | None) -> Any:
+    if max_cer is None:
+        return None
+    from ..models import ReflexReader
+
+    return LegibilityGate(ReflexReader(), max_cer=max_cer)
+
+
+def _below_floor(mem: Memory, ctx: Context) -> int:
+    """Image pages of `ctx` sent less sharp than their floor (the gate promises none)."""
+    below = 0
+    for seg in ctx.pages:
+        found = mem.gate.measured(seg.page.digest) if mem.gate is not None and seg.tier.is_image else None
+        if found and seg.tier.rank < Tier(found["floor"]).rank:
+            below += 1
+    return below
 
 
 def ask(ctx: Context, question: str, config: NiahConfig) -> str:

@@ -34,7 +34,7 @@ def rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
             "full_text": "" if r.full_text is None else int(r.full_text),
             "ratio_vs_truncation": round(_ratio(r.recall, r.truncation_recall), 3),
             "via_page": found.count("page"), "via_factsheet": found.count("factsheet"),
-            "via_recent": found.count("recent"), "needle_tiers": " ".join(r.tiers),
+            "via_recent": found.count("recent"), "needle_tiers": " ".join(r.tiers), "below_floor": r.below_floor,
         })
     return out
 
@@ -73,7 +73,10 @@ def write_outputs(results: Results) -> dict[str, Path]:
 def summary(results: Results) -> str:
     cfg, cells = results.config, results.cells
     lines = [f"NIAH: {cfg.needle} needles in the {cfg.haystack} haystack, {cfg.backend} backend, "
-             f"vision {cfg.vision}, keep_recent {cfg.keep_recent}, {cfg.samples} sample(s), seed {cfg.seed}.", "",
+             f"vision {cfg.vision}, keep_recent {cfg.keep_recent}, {cfg.samples} sample(s), seed {cfg.seed}"
+             + (f", legibility gate at {cfg.gate:.0%} CER (reflex reader): "
+                f"{sum(r.below_floor for r in cells)} pages sent below their floor" if cfg.gate is not None else "")
+             + ".", "",
              "| length | budget | recall (optictx) | optical only | truncation | optictx / truncation |",
              "|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple[int, float], list[CellResult]] = defaultdict(list)
