@@ -1,11 +1,12 @@
 """What the legibility gate costs and what it changes, on the shipped sample conversation.
 
-The same memory is built twice, without and with `LegibilityGate(TesseractReader(), max_cer)`;
-for each: the first context() (the gate reads every sealed page then), a second one (floors
-cached), the page tiers sent, the context tokens, and how many sent pages read worse than the
-threshold at their tier (the gate's job is to make that zero).
+The same memory is built twice, without and with `LegibilityGate(reader, max_cer)` (Tesseract,
+or with --reader reflex the shipped reflex reader); for each: the first context() (the gate reads
+every sealed page then), a second one (floors cached), the page tiers sent, the context tokens,
+and how many sent pages read worse than the threshold at their tier, by the gate's reader (the
+gate's job is to make that zero) and, for the reflex gate, by Tesseract too (an independent view).
 
-    python benchmarks/gate.py [--max-cer 0.03] [--budget 8192]
+    python benchmarks/gate.py [--max-cer 0.03] [--budget 8192] [--reader tesseract|reflex]
 """
 
 from __future__ import annotations
@@ -36,20 +37,29 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-cer", type=float, default=0.03)
     ap.add_argument("--budget", type=int, default=8192)
+    ap.add_argument("--reader", choices=["tesseract", "reflex"], default="tesseract")
     args = ap.parse_args()
-    reader = TesseractReader()
+    judges = {"Tesseract": TesseractReader()}
+    if args.reader == "reflex":
+        from optictx.models import ReflexReader
+
+        judges = {"reflex": ReflexReader(), **judges}
+    reader = next(iter(judges.values()))
     for label, gate in (("no gate", None), (f"gate, max CER {args.max_cer:.0%}", LegibilityGate(reader, args.max_cer))):
         mem, r = run(gate, args.budget)
         ctx = r["ctx"]
         sent = [s for s in ctx.pages if s.tier.is_image and s.page.sealed]
-        reads = reader.read_batch([s.image for s in sent], [s.boxes for s in sent])
-        bad = sum(1 for s, text in zip(sent, reads) if 1 - char_accuracy(s.text, text) > args.max_cer)
+        bad = []
+        for name, judge in judges.items():
+            reads = judge.read_batch([s.image for s in sent], [s.boxes for s in sent])
+            over = sum(1 for s, text in zip(sent, reads) if 1 - char_accuracy(s.text, text) > args.max_cer)
+            bad.append(f"{over}/{len(sent)} by {name}")
         tiers = Counter(s.tier.value for s in ctx.pages)
         sealed = [p for p in mem.pages if p.sealed]
         extra = f", {gate.reads} page reads" if gate else ""
         print(f"{label}: first context {r['first']:.2f} s{extra}, second {r['second'] * 1000:.1f} ms; "
               f"{len(sealed)} sealed pages; sent {dict(tiers)}, {ctx.tokens} tokens; "
-              f"sealed image pages over the threshold: {bad}/{len(sent)}")
+              f"sealed image pages over the threshold: {', '.join(bad)}")
         if gate:
             floors = Counter(f.value for f in gate.floors(sealed, mem.images))
             print(f"  floors: {dict(floors)}")

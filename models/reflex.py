@@ -90,6 +90,7 @@ class ReflexModel:
     def __init__(self, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         self.layers, self.meta = layers, meta
         self.digest = ""  # of the file it was loaded from (load)
+        self.lm: np.ndarray | None = None  # log P(next class | previous class), `char_lm`
         self._tensors: list[tuple[Any, Any]] | None = None  # the weights as torch tensors, made once
 
     @classmethod
@@ -114,6 +115,11 @@ class ReflexModel:
         except (KeyError, TypeError, ValueError) as exc:
             raise ReflexError(f"{source}: damaged reflex model ({type(exc).__name__}: {exc})") from None
         model = cls(layers, meta)
+        lm = arrays.get("lm")
+        if lm is not None:
+            if lm.shape != (len(CHARSET) + 1, len(CHARSET) + 1):
+                raise ReflexError(f"{source}: damaged reflex model (a language model of shape {lm.shape})")
+            model.lm = lm.astype(np.float32)
         model.digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
         return model
 
@@ -227,9 +233,10 @@ def _conv1d(x: np.ndarray, w: np.ndarray, b: np.ndarray, dilation: int = 1) -> n
     return (cols.reshape(n * t, c * k) @ w.reshape(out_c, -1).T + b).reshape(n, t, out_c)
 
 
-def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    """Write a model: each layer's `ternary` (-1/0/+1 ints), per-output-channel `scale` and `bias`."""
-    arrays: dict[str, np.ndarray] = {}
+def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any], lm: np.ndarray | None = None) -> None:
+    """Write a model: each layer's `ternary` (-1/0/+1 ints), per-output-channel `scale` and
+    `bias`, and optionally the character language model (`char_lm`)."""
+    arrays: dict[str, np.ndarray] = {} if lm is None else {"lm": np.asarray(lm, dtype=np.float16)}
     specs = []
     for i, layer in enumerate(layers):
         t = np.asarray(layer["ternary"])
@@ -260,32 +267,59 @@ def greedy(logp: np.ndarray) -> tuple[str, float]:
     return text, confidence(logp, text)
 
 
-def beam(logp: np.ndarray, *, width: int = 8, prune: float = -12.0) -> list[tuple[str, float]]:
+def char_lm(texts: Sequence[str]) -> np.ndarray:
+    """A character bigram model of `texts`: log P(next | previous) over the classes, row 0 for a
+    line's start (add-one smoothed). Small (96 x 96) and blind to words, on purpose: agent
+    traffic is identifiers, hex and numbers, where a stronger prior would overrule the pixels."""
+    index = {ch: i + 1 for i, ch in enumerate(CHARSET)}
+    counts = np.ones((len(CHARSET) + 1, len(CHARSET) + 1))
+    counts[:, 0] = 0.0  # the blank is never a next character
+    for text in texts:
+        prev = 0
+        for ch in text:
+            c = index.get(ch)
+            if c is not None:
+                counts[prev, c] += 1
+                prev = c
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum(axis=1, keepdims=True))
+
+
+def beam(logp: np.ndarray, *, width: int = 8, prune: float = -12.0, lm: np.ndarray | None = None,
+         alpha: float = 0.0) -> list[tuple[str, float]]:
     """CTC prefix beam search: the `width` most likely texts with their log-probabilities, best
     first (an n-best list: the right reading is often second when the first is wrong). Classes
-    below `prune` (log) in a frame are not tried there."""
-    # prefix -> (log P ending in blank, log P ending in its last character)
+    below `prune` (log) in a frame are not tried there. With a language model (`char_lm`) each
+    character also scores `alpha` times its log-probability after the one before (shallow
+    fusion); the scores returned are the pixels' alone."""
+    # prefix -> (log P ending in blank, log P ending in its last character); and its LM score
     beams: dict[str, tuple[float, float]] = {"": (0.0, -math.inf)}
+    prior: dict[str, float] = {"": 0.0}
+    use_lm = lm is not None and alpha > 0
     for frame in logp:
         tried = np.flatnonzero(frame > prune)
         nxt: dict[str, list[float]] = {}
         add = _adder(nxt)
         for prefix, (pb, pc) in beams.items():
             total = np.logaddexp(pb, pc)
+            last = CHARSET.index(prefix[-1]) + 1 if prefix else 0
             for c in tried:
                 p = float(frame[c])
                 if c == 0:
                     add(prefix, total + p, -math.inf)
                     continue
                 ch = CHARSET[c - 1]
-                if prefix and prefix[-1] == ch:
+                if c == last:
                     add(prefix + ch, -math.inf, pb + p)  # a repeat needs a blank between
                     add(prefix, -math.inf, pc + p)  # the same character, held
                 else:
                     add(prefix + ch, -math.inf, total + p)
-        ranked = sorted(nxt.items(), key=lambda kv: -np.logaddexp(*kv[1]))[:width]
+                if use_lm and prefix + ch not in prior:
+                    prior[prefix + ch] = prior[prefix] + alpha * float(lm[last, c])  # type: ignore[index]
+        ranked = sorted(nxt.items(), key=lambda kv: -(np.logaddexp(*kv[1]) + prior.get(kv[0], 0.0)))[:width]
         beams = {k: (v[0], v[1]) for k, v in ranked}
-    return [(k, float(np.logaddexp(*v))) for k, v in sorted(beams.items(), key=lambda kv: -np.logaddexp(*kv[1]))]
+    ranked = sorted(beams.items(), key=lambda kv: -(np.logaddexp(*kv[1]) + prior.get(kv[0], 0.0)))
+    return [(k, float(np.logaddexp(*v))) for k, v in ranked]
 
 
 def _adder(into: dict[str, list[float]]) -> Any:
@@ -377,11 +411,16 @@ class ReflexReader:
     boxes are needed: this reader does not find lines itself). `lines(...)` also gives each
     line's confidence."""
 
-    def __init__(self, path: str | Path | None = None, *, batch: int = 64, beam_width: int = 0) -> None:
-        """`beam_width` 0 decodes greedily (best path); more runs a prefix beam search that wide."""
+    def __init__(self, path: str | Path | None = None, *, batch: int = 64, beam_width: int = 0,
+                 lm_weight: float = 0.0) -> None:
+        """`beam_width` 0 decodes greedily (best path); more runs a prefix beam search that wide,
+        with the model's character language model at `lm_weight` (0: none)."""
         self.model = ReflexModel.load(path)
-        self.batch, self.beam_width = batch, beam_width
-        self.identity = f"reflex/{self.model.digest}/beam{beam_width}"  # what the gate stores floors under
+        if lm_weight and self.model.lm is None:
+            raise ReflexError(f"lm_weight {lm_weight}: this reflex model has no language model")
+        self.batch, self.beam_width, self.lm_weight = batch, beam_width, lm_weight
+        # what the gate stores floors under
+        self.identity = f"reflex/{self.model.digest}/beam{beam_width}/lm{lm_weight:g}"
 
     def lines(self, image: Image.Image, boxes: Sequence[Box], *, scored: bool = True) -> list[tuple[str, float]]:
         """(text, confidence) per box, in order; a box without ink is ("", 1.0). With `scored`
@@ -395,7 +434,8 @@ class ReflexReader:
             logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
             frames = [math.ceil(inputs[i].shape[1] / 2) for i in group]  # type: ignore[union-attr]  # each line's own
             if self.beam_width:
-                texts = [beam(lp[:f], width=self.beam_width)[0][0] for lp, f in zip(logp, frames)]
+                texts = [beam(lp[:f], width=self.beam_width, lm=self.model.lm, alpha=self.lm_weight)[0][0]
+                         for lp, f in zip(logp, frames)]
             else:
                 texts = [best_path(lp[:f]) for lp, f in zip(logp, frames)]
             scores = ctc_logprobs(logp, texts, frames) if scored else np.zeros(len(texts))

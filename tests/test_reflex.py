@@ -168,3 +168,32 @@ def test_the_shipped_reader_reads_held_out_pages_at_every_tier(sample):
         assert accuracy >= floor, (tier, accuracy)
     lines = reader.lines(mem.images.at(pages[0], Tier.SMALL), mem.images.boxes(pages[0], Tier.SMALL))
     assert all(0.0 <= c <= 1.0 for _, c in lines)
+
+
+def test_the_character_language_model_breaks_a_tie_the_pixels_leave():
+    lm = reflex.char_lm(["all tall ball", "call fall"])
+    assert lm.shape == (len(CHARSET) + 1, len(CHARSET) + 1)
+    assert np.allclose(np.exp(lm[:, 1:]).sum(axis=1), 1.0)
+    idx = {ch: CHARSET.index(ch) + 1 for ch in "a1l"}
+    logp = np.full((3, len(CHARSET) + 1), -20.0, dtype=np.float32)
+    logp[0, idx["a"]] = 0.0
+    logp[1, idx["1"]], logp[1, idx["l"]] = np.log(0.52), np.log(0.48)  # "1" a shade likelier in the pixels
+    logp[2, 0] = 0.0
+    assert beam(logp, width=4)[0][0] == "a1"
+    best = beam(logp, width=4, lm=lm, alpha=1.0)
+    assert best[0][0] == "al"  # after "a", "l" is what the text says
+    assert best[0][1] == pytest.approx(ctc_logprob(logp, "al"), abs=1e-4)  # scores stay the pixels' own
+
+
+def test_a_language_model_weight_needs_a_model_with_one(tmp_path):
+    path = _tiny_model(tmp_path, np.random.default_rng(1))
+    with pytest.raises(ReflexError, match="no language model"):
+        reflex.ReflexReader(path, lm_weight=0.5)
+    with_lm = tmp_path / "lm.npz"
+    with np.load(path) as f:
+        arrays = dict(f)
+    np.savez(with_lm, **arrays, lm=reflex.char_lm(["some text"]).astype(np.float16))
+    assert np.allclose(reflex.ReflexReader(with_lm, lm_weight=0.5).model.lm, reflex.char_lm(["some text"]), atol=1e-2)
+    np.savez(with_lm, **arrays, lm=np.zeros((3, 3), dtype=np.float16))
+    with pytest.raises(ReflexError, match="language model of shape"):
+        ReflexModel.load(with_lm)
