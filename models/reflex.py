@@ -404,6 +404,39 @@ def confidence(logp: np.ndarray, text: str) -> float:
     return float(math.exp(lp / max(1, len(text))))
 
 
+def align(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Dynamic time warping of two readings of one line, (frames, classes) log-probabilities
+    each, `b` drawn wider: for each frame of `a`, the frame of `b` it matches. The path is
+    monotone, runs from first frames to last, and moves 0, 1 or 2 frames of `b` per frame of `a`;
+    a frame pair costs the cross-entropy of `b`'s classes under `a`'s."""
+    cost = -(np.exp(a) @ b.T)
+    ta, tb = cost.shape
+    total = np.full(tb, np.inf)
+    total[0] = cost[0, 0]
+    moves = np.zeros((ta, tb), dtype=np.int8)
+    cols = np.arange(tb)
+    for i in range(1, ta):
+        options = np.stack([total, np.r_[np.inf, total[:-1]], np.r_[np.inf, np.inf, total[:-2]]])
+        moves[i] = options.argmin(axis=0)
+        total = cost[i] + options[moves[i], cols]
+    j = tb - 1 if np.isfinite(total[-1]) else int(np.argmin(total))  # b too long to reach: its best end
+    path = np.empty(ta, dtype=np.int64)
+    for i in range(ta - 1, -1, -1):
+        path[i] = j
+        j -= int(moves[i, j])
+    return path
+
+
+def fuse(first: np.ndarray, *others: np.ndarray) -> np.ndarray:
+    """The readings of one line at several stretches as one: each other reading's frames aligned
+    to the first's (`align`), the log-probabilities averaged and normalised again."""
+    if not others:
+        return first
+    mean = first + sum(o[align(first, o)] for o in others)
+    mean = mean / (1 + len(others))
+    return mean - np.logaddexp.reduce(mean, axis=1, keepdims=True)
+
+
 # -- the reader ---------------------------------------------------------------------------------
 
 class ReflexReader:
@@ -412,35 +445,56 @@ class ReflexReader:
     line's confidence."""
 
     def __init__(self, path: str | Path | None = None, *, batch: int = 64, beam_width: int = 0,
-                 lm_weight: float = 0.0) -> None:
+                 lm_weight: float = 0.0, stretches: Sequence[float] = (1.0,)) -> None:
         """`beam_width` 0 decodes greedily (best path); more runs a prefix beam search that wide,
-        with the model's character language model at `lm_weight` (0: none)."""
+        with the model's character language model at `lm_weight` (0: none). More than one of
+        `stretches` reads each line at each horizontal stretch and decodes the fused frames
+        (`fuse`), at that many times the cost."""
         self.model = ReflexModel.load(path)
         if lm_weight and self.model.lm is None:
             raise ReflexError(f"lm_weight {lm_weight}: this reflex model has no language model")
+        if not stretches or not all(0.5 <= s <= 2 for s in stretches):
+            raise ConfigError(f"stretches must be factors in [0.5, 2]; got {list(stretches)}")
         self.batch, self.beam_width, self.lm_weight = batch, beam_width, lm_weight
+        self.stretches = tuple(stretches)
         # what the gate stores floors under
-        self.identity = f"reflex/{self.model.digest}/beam{beam_width}/lm{lm_weight:g}"
+        self.identity = (f"reflex/{self.model.digest}/beam{beam_width}/lm{lm_weight:g}/"
+                         f"{','.join(f'{s:g}' for s in self.stretches)}")
+
+    def frames(self, image: Image.Image, boxes: Sequence[Box], stretch: float = 1.0) -> list[np.ndarray | None]:
+        """Per box, the network's (frames, classes) log-probabilities for its line drawn `stretch`
+        times as wide; None for a box without ink. Lines of similar widths run as one batch."""
+        inputs = [line_input(image, b, height=self.model.meta.get("height", HEIGHT), stretch=stretch) for b in boxes]
+        out: list[np.ndarray | None] = [None] * len(boxes)
+        inked = sorted((i for i, x in enumerate(inputs) if x is not None), key=lambda i: inputs[i].shape[1])  # type: ignore[union-attr]
+        for start in range(0, len(inked), self.batch):
+            group = inked[start : start + self.batch]
+            logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
+            for i, lp in zip(group, logp):
+                out[i] = lp[: math.ceil(inputs[i].shape[1] / 2)]  # type: ignore[union-attr]  # the line's own frames
+        return out
 
     def lines(self, image: Image.Image, boxes: Sequence[Box], *, scored: bool = True) -> list[tuple[str, float]]:
         """(text, confidence) per box, in order; a box without ink is ("", 1.0). With `scored`
         False the confidence is not computed (1.0): a sixth of the time is its forward pass."""
-        inputs = [line_input(image, b, height=self.model.meta.get("height", HEIGHT)) for b in boxes]
+        per_stretch = [self.frames(image, boxes, s) for s in self.stretches]
+        logps = [None if lps[0] is None else fuse(*lps) for lps in zip(*per_stretch)]  # type: ignore[arg-type]
+        inked = [i for i, lp in enumerate(logps) if lp is not None]
+        if self.beam_width:
+            texts = [beam(logps[i], width=self.beam_width, lm=self.model.lm, alpha=self.lm_weight)[0][0]  # type: ignore[arg-type]
+                     for i in inked]
+        else:
+            texts = [best_path(logps[i]) for i in inked]  # type: ignore[arg-type]
         out: list[tuple[str, float]] = [("", 1.0)] * len(boxes)
-        inked = [i for i, x in enumerate(inputs) if x is not None]
-        inked.sort(key=lambda i: inputs[i].shape[1])  # type: ignore[union-attr]  # similar widths batch together
-        for start in range(0, len(inked), self.batch):
-            group = inked[start : start + self.batch]
-            logp = self.model.logits(batch_of([inputs[i] for i in group]))  # type: ignore[misc]
-            frames = [math.ceil(inputs[i].shape[1] / 2) for i in group]  # type: ignore[union-attr]  # each line's own
-            if self.beam_width:
-                texts = [beam(lp[:f], width=self.beam_width, lm=self.model.lm, alpha=self.lm_weight)[0][0]
-                         for lp, f in zip(logp, frames)]
-            else:
-                texts = [best_path(lp[:f]) for lp, f in zip(logp, frames)]
-            scores = ctc_logprobs(logp, texts, frames) if scored else np.zeros(len(texts))
-            for i, text, score in zip(group, texts, scores):
-                out[i] = text, float(math.exp(score / max(1, len(text))))
+        scores = np.zeros(len(inked))
+        if scored and inked:
+            frames = [len(logps[i]) for i in inked]  # type: ignore[arg-type]
+            padded = np.zeros((len(inked), max(frames), len(CHARSET) + 1), dtype=np.float32)
+            for k, i in enumerate(inked):
+                padded[k, : frames[k]] = logps[i]  # type: ignore[index]
+            scores = ctc_logprobs(padded, texts, frames)
+        for i, text, score in zip(inked, texts, scores):
+            out[i] = text, float(math.exp(score / max(1, len(text))))
         return out
 
     def read_scored(self, image: Image.Image, boxes: Sequence[Box]) -> tuple[str, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from optictx import ConfigError
 from optictx.models import reflex
 from optictx.models.reflex import (
     CHARSET,
@@ -197,3 +198,23 @@ def test_a_language_model_weight_needs_a_model_with_one(tmp_path):
     np.savez(with_lm, **arrays, lm=np.zeros((3, 3), dtype=np.float16))
     with pytest.raises(ReflexError, match="language model of shape"):
         ReflexModel.load(with_lm)
+
+
+def test_two_stretches_of_a_line_align_frame_to_frame_and_fuse():
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=(30, len(CHARSET) + 1)).astype(np.float32) * 4
+    a = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    wide = np.repeat(a, 2, axis=0)[:-3]  # the same reading, each frame twice (a line drawn twice as wide)
+    path = reflex.align(a, wide)
+    assert path[0] == 0 and path[-1] == len(wide) - 1 and (np.diff(path) >= 0).all()
+    assert (np.abs(path[1:-2] // 2 - np.arange(1, 28)) <= 1).all()  # frame i meets frame 2i (or 2i+1)
+    assert np.allclose(reflex.fuse(a, a), a, atol=1e-5)  # a reading fused with itself is itself
+    fused = reflex.fuse(a, wide)
+    assert fused.shape == a.shape and np.allclose(np.exp(fused).sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_the_reader_refuses_stretches_it_cannot_draw():
+    with pytest.raises(ConfigError, match="stretches"):
+        reflex.ReflexReader(stretches=())
+    with pytest.raises(ConfigError, match="stretches"):
+        reflex.ReflexReader(stretches=(1.0, 5.0))
