@@ -5,7 +5,8 @@ real agent sessions (OpenAI-style JSONL files), and prose hiding a 7-digit numbe
 (benchmarks/needles.py). Per tier: character accuracy against the page's
 own text, exact lines (the page's lines found verbatim among the lines read), 7-digit numbers
 and hex ids (8+ hex digits) found, and wall ms per page (every reader on the same 2 cores, one
-after the other; a reader's cache never answers, each page is read once).
+after the other; a reader's cache never answers, each page is read once); first, each reader's
+peak memory, in a process of its own.
 
     python benchmarks/readers.py --corpus SESSIONS/swe-agent-ctf [--pages 4] [--readers tesseract reflex]
 """
@@ -15,7 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -75,6 +79,21 @@ def pages_of(messages: list[dict], n: int) -> tuple[Memory, list]:
     return mem, sealed[::step][:n]
 
 
+def peak_memory(name: str, weights: str | None) -> None:
+    """Run in a process of its own: the growth of peak RSS from loading reader `name` and
+    reading four sample pages at TINY, over a process that built the same pages (MiB)."""
+    mem, pages = pages_of(sample_conversation(), 4)
+    images = [(mem.images.at(p, Tier.TINY), mem.images.boxes(p, Tier.TINY)) for p in pages]
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if name == "reflex":
+        import torch  # noqa: F401  # counted apart: a process that has torch already pays nothing here
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    reader = next(iter(make_readers([name], weights).values()))
+    for image, boxes in images:
+        reader.read(image, boxes)  # type: ignore[attr-defined]
+    print((before - start) / 1024, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", help="a folder of OpenAI-style JSONL sessions")
@@ -84,11 +103,21 @@ def main() -> None:
                     choices=["tesseract", "rapidocr", "reflex"])
     ap.add_argument("--weights", help="a reflex model file (default: the shipped one)")
     ap.add_argument("--torch-threads", type=int, help="threads for the reflex reader's torch (1: Tesseract's one core)")
+    ap.add_argument("--peak", help=argparse.SUPPRESS)  # one reader's peak memory, in this process
     args = ap.parse_args()
+    if args.peak:
+        peak_memory(args.peak, args.weights)
+        return
     if args.torch_threads:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    for name in args.readers:  # first, each in a process of its own: nothing loaded yet counts
+        extra = ["--weights", args.weights] if args.weights else []
+        torch_mib, own = map(float, subprocess.run([sys.executable, __file__, "--peak", name, *extra],
+                                                   capture_output=True, text=True, check=True).stdout.split()[-2:])
+        beside = f" (and +{torch_mib:.0f} MiB to import torch)" if torch_mib else ""
+        print(f"peak memory of {name}, loading it and reading 4 pages at TINY: +{own:.0f} MiB RSS{beside}")
     readers = make_readers(args.readers, args.weights)
     print("| corpus | tier | pages | reader | character accuracy (mean, min) | exact lines | 7-digit numbers | "
           "hex ids | ms per page, min (per line) |")
