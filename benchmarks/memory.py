@@ -12,11 +12,15 @@
 4. An agent loop's turn: add() + context() + to_openai() (every page PNG-encoded, as sent), with
    the open page sent as text (the default) vs as an image (`AgeLadder(unsealed=None)`, the
    baseline): an open page that changes every turn is drawn and encoded again every turn.
+5. The same turn with the legibility gate on (`LegibilityGate(ReflexReader())`) against off,
+   over a whole session from its first turn (every page read is in the timed turns; reads are
+   paid when a page first appears sealed in a context). With --gate-only, only this part.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from _common import best_of, clock, conversation_of
 from render import bare_pillow
@@ -109,12 +113,44 @@ def agent_loop(turns: int) -> None:
           f"open page as text {text:.1f} ms, as an image {image:.1f} ms -> {image / text:.2f}x")
 
 
+def gate_loop(turns: int, max_cer: float = 0.02) -> None:
+    import torch
+
+    from optictx import LegibilityGate
+    from optictx.models import ReflexReader
+
+    torch.set_num_threads(1)  # the reader on one core: CPU time is then the work, not threads waiting
+    msgs = conversation_of(200_000)[:turns]
+    gate = LegibilityGate(ReflexReader(), max_cer=max_cer)
+    mems = {"gate off": Memory(budget=Budget(tokens=8192), keep_recent=4),
+            "gate on": Memory(budget=Budget(tokens=8192), keep_recent=4, gate=gate)}
+    times: dict[str, float] = dict.fromkeys(mems, 0.0)
+    for m in msgs:
+        for name, mem in mems.items():
+            t0 = clock()
+            mem.add(m)
+            mem.context().to_openai()
+            times[name] += clock() - t0
+    off, on = (times[n] / len(msgs) * 1000 for n in mems)
+    sealed = sum(p.sealed for p in mems["gate on"].pages)
+    floors = Counter(f["floor"] for p in mems["gate on"].pages if p.sealed
+                     for f in [gate.measured(p.digest)] if f)
+    print(f"5. agent loop turn, gate at {max_cer:.0%} CER, {len(msgs)} turns from the first ({sealed} pages sealed, "
+          f"{gate.reads} page reads, floors {dict(floors)}): "
+          f"gate off {off:.1f} ms, gate on {on:.1f} ms -> {on / off:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=100_000)
     ap.add_argument("--corpus", help="real sessions too: an OpenAI-style JSONL file or a folder of them")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument("--gate-only", action="store_true", help="only part 5, the gate's turn cost")
+    ap.add_argument("--max-cer", type=float, default=0.02, help="part 5: the gate's threshold (default its own)")
     args = ap.parse_args()
+    if args.gate_only:
+        gate_loop(100 if args.quick else 800, args.max_cer)
+        return
     repeat = 3 if args.quick else 5
     floor_and_build(conversation_of(args.tokens // 10 if args.quick else args.tokens), repeat)
     if args.corpus:
@@ -123,6 +159,7 @@ def main() -> None:
     context_latency(100 if args.quick else 1000)
     add_curve([100, 1000] if args.quick else [100, 1000, 10_000])
     agent_loop(20 if args.quick else 100)
+    gate_loop(100 if args.quick else 800, args.max_cer)
 
 
 if __name__ == "__main__":
