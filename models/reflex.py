@@ -30,6 +30,9 @@ from optictx.errors import ConfigError, OptictxError
 
 CHARSET = "".join(chr(c) for c in range(0x20, 0x7F))  # printable ASCII; class 0 is CTC's blank
 HEIGHT = 16  # px a line is scaled to: above a TINY line's own height, so nothing is lost there
+# ... and how much wider than that scale: a frame is 2 input px, and at 1.0 two narrow glyphs in
+# a row ("ll", "tt", "'.") get too few frames for CTC to put a blank between them
+WIDEN = 1.5
 FORMAT = "optictx-reflex/1"
 WEIGHTS = "reflex.npz"  # shipped beside this module
 _INK_MAX = 160  # a crop whose darkest pixel is lighter than this has no ink: not read
@@ -247,7 +250,7 @@ def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any], l
         arrays[f"b{i}"] = np.asarray(layer["bias"], dtype=np.float16)
         spec = {k: v for k, v in layer.items() if k not in ("ternary", "scale", "bias")}
         specs.append({**spec, "shape": list(t.shape)})
-    body = {**meta, "format": FORMAT, "layers": specs, "charset": CHARSET, "height": HEIGHT}
+    body = {"widen": 1.0, **meta, "format": FORMAT, "layers": specs, "charset": CHARSET, "height": HEIGHT}
     arrays["meta"] = np.frombuffer(json.dumps(body).encode("utf-8"), dtype=np.uint8)
     np.savez_compressed(path, **arrays)
 
@@ -464,7 +467,9 @@ class ReflexReader:
     def frames(self, image: Image.Image, boxes: Sequence[Box], stretch: float = 1.0) -> list[np.ndarray | None]:
         """Per box, the network's (frames, classes) log-probabilities for its line drawn `stretch`
         times as wide; None for a box without ink. Lines of similar widths run as one batch."""
-        inputs = [line_input(image, b, height=self.model.meta.get("height", HEIGHT), stretch=stretch) for b in boxes]
+        meta = self.model.meta
+        stretch *= meta.get("widen", 1.0)  # files written before WIDEN read at 1.0, as they were trained
+        inputs = [line_input(image, b, height=meta.get("height", HEIGHT), stretch=stretch) for b in boxes]
         out: list[np.ndarray | None] = [None] * len(boxes)
         inked = sorted((i for i, x in enumerate(inputs) if x is not None), key=lambda i: inputs[i].shape[1])  # type: ignore[union-attr]
         for start in range(0, len(inked), self.batch):

@@ -26,7 +26,7 @@ from optictx import Memory, RenderConfig
 from optictx.renderers import line_boxes
 from optictx.tiers import IMAGE_TIERS
 
-from .reflex import CHARSET, batch_of, line_input, save
+from .reflex import CHARSET, WIDEN, batch_of, char_lm, line_input, save
 
 TIERS = tuple(t for t in IMAGE_TIERS if t.name != "GUNDAM")  # GUNDAM's master is LARGE's: the same lines
 
@@ -113,6 +113,8 @@ def _code(rng: random.Random) -> str:
             lines.append(f"{ind}{rng.choice(_CODE)} {_ident(rng)} {rng.choice('=<>!+-*/%')}= {_number(rng)}")
         elif kind < 0.5:
             lines.append(f"{ind}{_ident(rng)}[{rng.randint(0, 99)}] = {{'{_ident(rng)}': {_number(rng)}}}")
+        elif kind < 0.55:
+            lines.append(f"{ind}{_rule(rng)}")
         elif kind < 0.6 and depth:
             depth -= 1
             lines.append(f"{ind}return {_ident(rng)}({_ident(rng)}) # {_prose(rng)[:40]}")
@@ -122,6 +124,22 @@ def _code(rng: random.Random) -> str:
     return "\n".join(lines)
 
 
+def _rule(rng: random.Random) -> str:
+    """Runs of one glyph, as test runners, diffs and docstrings draw them: rules of '=', triple
+    quotes, closing brackets."""
+    glyph = rng.choice("=-_*#~.+<>)(]['\"`|/ ")
+    run = glyph * rng.randint(2, 40)
+    r = rng.random()
+    if r < 0.4:
+        return f"{run} {_prose(rng)[: rng.randint(5, 30)]} {glyph * rng.randint(2, 40)}"
+    if r < 0.6:
+        return f'{"    " * rng.randint(0, 2)}"""{_prose(rng)[: rng.randint(5, 40)]}"""'
+    if r < 0.8:
+        depth = rng.randint(2, 4)
+        return "".join(f"{_ident(rng)}(" for _ in range(depth)) + _number(rng) + ")" * depth
+    return run
+
+
 def _log(rng: random.Random) -> str:
     lines = []
     for _ in range(rng.randint(2, 15)):
@@ -129,6 +147,8 @@ def _log(rng: random.Random) -> str:
         path = "/".join(_ident(rng) for _ in range(rng.randint(1, 4)))
         lines.append(f"{ts} {rng.choice(['INFO', 'WARN', 'ERROR', 'DEBUG'])} [{_number(rng)}] /{path}.py:"
                      f"{rng.randint(1, 999)} {_prose(rng)[:rng.randint(10, 60)]} id={_number(rng)}")
+        if rng.random() < 0.3:
+            lines.append(_rule(rng))
     return "\n".join(lines)
 
 
@@ -153,12 +173,13 @@ def synthetic_turns(n: int, seed: int) -> list[dict[str, Any]]:
     code, logs and JSON (each drawn as optictx draws such turns)."""
     rng = random.Random(seed)
     turns: list[dict[str, Any]] = []
-    for i in range(n):
+    for _ in range(n):
         r = rng.random()
-        if r < 0.35:
-            turns.append({"role": rng.choice(["user", "assistant"]), "content": _prose(rng)})
+        if r < 0.45:  # users' headers too: real sessions have as many as assistants'
+            turns.append({"role": rng.choice(["user", "user", "assistant"]), "content": _prose(rng)})
         else:
-            call = f"call_{i}"
+            call = rng.choice(["call_", "toolu_", "call-"]) + "".join(
+                rng.choice("0123456789abcdef") for _ in range(rng.choice((4, 12, 12, 24))))
             body = rng.choice([_code, _log, _json])(rng)
             turns.append({"role": "assistant", "content": None, "tool_calls": [
                 {"id": call, "type": "function", "function": {"name": _ident(rng), "arguments": _json(rng)}}]})
@@ -199,7 +220,7 @@ def drawn_lines(pages: int, seed: int, *, columns: tuple[int, ...] = (3, 3, 2, 1
                         continue
                     dy = rng.choice((-1, 0, 0, 1))
                     box = (box[0], max(0, box[1] + dy), box[2], min(image.height, box[3] + dy))
-                    x = line_input(image, box, stretch=rng.uniform(0.92, 1.12))
+                    x = line_input(image, box, stretch=WIDEN * rng.uniform(0.92, 1.12))
                     if x is None:
                         continue
                     out.images.append((x * 255).astype(np.uint8))
@@ -220,63 +241,79 @@ def ternary(w: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 class TConv(nn.Module):
     """A convolution whose weights are ternary in the forward pass, then batch norm."""
 
-    def __init__(self, cin: int, cout: int, k: int, dim: int) -> None:
+    def __init__(self, cin: int, cout: int, k: int, dim: int, dilation: int = 1) -> None:
         super().__init__()
         conv = nn.Conv2d if dim == 2 else nn.Conv1d
-        self.conv = conv(cin, cout, k, padding=k // 2, bias=True)
+        self.conv = conv(cin, cout, k, padding=dilation * (k // 2), dilation=dilation, bias=True)
         self.norm = (nn.BatchNorm2d if dim == 2 else nn.BatchNorm1d)(cout)
         self.dims = (1, 2, 3) if dim == 2 else (1, 2)
         self.fn = torch.nn.functional.conv2d if dim == 2 else torch.nn.functional.conv1d
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = ternary(self.conv.weight, self.dims)
-        return self.norm(self.fn(x, w, self.conv.bias, padding=self.conv.padding))
+        return self.norm(self.fn(x, w, self.conv.bias, padding=self.conv.padding, dilation=self.conv.dilation))
 
 
-# The architecture, as (kind, in, out, kernel, relu, pool, residual); reflex.py runs the same list.
-ARCH: tuple[tuple[str, int, int, int, bool, tuple[int, int] | None, bool], ...] = (
-    ("conv2d", 1, 16, 3, True, (2, 2), False),
-    ("conv2d", 16, 32, 3, True, (2, 1), False),
-    ("conv2d", 32, 48, 3, True, (2, 1), False),
-    ("conv1d", 96, 128, 1, True, None, False),
-    ("conv1d", 128, 128, 3, True, None, True),
-    ("conv1d", 128, 128, 3, True, None, True),
-    ("conv1d", 128, len(CHARSET) + 1, 1, False, None, False),
+@dataclass(frozen=True)
+class Layer:
+    kind: str  # "conv2d" (3x3 over the line) or "conv1d" (over frames, the height folded into channels)
+    cin: int
+    cout: int
+    k: int
+    relu: bool = True
+    pool: tuple[int, int] | None = None
+    residual: bool = False
+    dilation: int = 1
+
+
+# The architecture; reflex.py runs the same list from the file's layer specs. The dilated
+# residual layers see +-14 frames (+-28 px, three to four characters): runs of the same glyph
+# ('"""', '=====') are counted from their neighbours, which a narrower view cannot do.
+ARCH: tuple[Layer, ...] = (
+    Layer("conv2d", 1, 16, 3, pool=(2, 2)),
+    Layer("conv2d", 16, 32, 3, pool=(2, 1)),
+    Layer("conv2d", 32, 48, 3, pool=(2, 1)),
+    Layer("conv1d", 96, 96, 1),
+    Layer("conv1d", 96, 96, 3, residual=True),
+    Layer("conv1d", 96, 96, 3, residual=True, dilation=2),
+    Layer("conv1d", 96, 96, 3, residual=True, dilation=4),
+    Layer("conv1d", 96, 96, 3, residual=True, dilation=8),
+    Layer("conv1d", 96, len(CHARSET) + 1, 1, relu=False),
 )
 
 
 class ReflexNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(TConv(cin, cout, k, 2 if kind == "conv2d" else 1)
-                                    for kind, cin, cout, k, *_ in ARCH)
+        self.layers = nn.ModuleList(TConv(a.cin, a.cout, a.k, 2 if a.kind == "conv2d" else 1, a.dilation)
+                                    for a in ARCH)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer, (kind, _, _, _, relu, pool, residual) in zip(self.layers, ARCH):
-            if kind == "conv1d" and x.dim() == 4:
+        for layer, a in zip(self.layers, ARCH):
+            if a.kind == "conv1d" and x.dim() == 4:
                 x = x.reshape(x.shape[0], -1, x.shape[3])
             y = layer(x)
-            x = x + y if residual else y
-            if relu:
+            x = x + y if a.residual else y
+            if a.relu:
                 x = torch.relu(x)
-            if pool:
-                x = torch.nn.functional.max_pool2d(x, pool)
+            if a.pool:
+                x = torch.nn.functional.max_pool2d(x, a.pool)
         return x.permute(2, 0, 1).log_softmax(2)  # (frames, n, classes), as CTCLoss takes it
 
     def export(self) -> list[dict[str, Any]]:
         """Each layer's ternary weights, with its scale and batch norm folded into a per-channel
         scale and bias (what reflex.save writes)."""
         out = []
-        for layer, (kind, _, _, _, relu, pool, residual) in zip(self.layers, ARCH):
+        for layer, a in zip(self.layers, ARCH):
             w = layer.conv.weight.detach().double()
             s = w.abs().mean(dim=layer.dims, keepdim=True).clamp(min=1e-8)
             t = (w / s).round().clamp(-1, 1)
             bn = layer.norm
-            a = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
-            bias = (layer.conv.bias.detach().double() - bn.running_mean.double()) * a + bn.bias.detach().double()
-            out.append({"kind": kind, "relu": relu, "pool": list(pool) if pool else None, "residual": residual,
-                        "ternary": t.to(torch.int8).numpy(), "scale": (s.flatten() * a).numpy(),
-                        "bias": bias.numpy()})
+            scale = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
+            bias = (layer.conv.bias.detach().double() - bn.running_mean.double()) * scale + bn.bias.detach().double()
+            out.append({"kind": a.kind, "relu": a.relu, "pool": list(a.pool) if a.pool else None,
+                        "residual": a.residual, "dilation": a.dilation, "ternary": t.to(torch.int8).numpy(),
+                        "scale": (s.flatten() * scale).numpy(), "bias": bias.numpy()})
         return out
 
 
@@ -348,6 +385,8 @@ def run(out: str | Path, *, pages: int = 60, steps: int = 12_000, minutes: float
     lines = drawn_lines(pages, seed)
     log(f"{len(lines.texts)} lines from {pages} pages in {time.monotonic() - t0:.0f} s")
     net = train(lines, steps=steps, seed=seed, minutes=minutes, log=log)
-    save(out, net.export(), {"seed": seed, "pages": pages, "steps": steps, "trained_s": round(time.monotonic() - t0)})
+    save(out, net.export(), {"seed": seed, "pages": pages, "steps": steps, "widen": WIDEN,
+                             "trained_s": round(time.monotonic() - t0)},
+         lm=char_lm(lines.texts))
     log(f"wrote {out} ({Path(out).stat().st_size / 1024:.0f} KiB) in {time.monotonic() - t0:.0f} s")
     return Path(out)

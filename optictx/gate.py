@@ -8,9 +8,13 @@ and budget fitting drops it rather than blur it further. Tiers sharper than a le
 taken as legible too, so a page costs one read when its smallest tier passes.
 
     mem = Memory(gate=LegibilityGate(TesseractReader(), max_cer={Tier.TINY: 0.03, Tier.SMALL: 0.01}))
+    mem = Memory(gate=LegibilityGate(ReflexReader(), max_cer=0.1))  # optictx.models: 20x faster
 
-Off by default: a Tesseract read costs far more than rendering a page (BENCHMARKS.md, "Legibility
-gate"), paid once per page (results are cached by page digest).
+Findings are cached by page digest, and a Memory stores them beside its pages under the gate's
+`key` (the reader's `identity` and the thresholds): a reopened memory does not read again.
+
+Off by default: even the reflex reader's reads cost more than the rest of an agent loop's turn
+(BENCHMARKS.md, "Legibility gate").
 """
 
 from __future__ import annotations

@@ -97,11 +97,11 @@ def test_small_grid_reader_backend_writes_everything_and_resumes(tmp_path):
 
 @needs_tesseract
 def test_with_a_gate_no_page_goes_below_its_floor(tmp_path):
-    cfg = NiahConfig(lengths=[16_000], depths=[30], budgets=[0.1], out=str(tmp_path), workers=1, gate=0.05)
+    cfg = NiahConfig(lengths=[16_000], depths=[30], budgets=[0.1], out=str(tmp_path), workers=1, gate=0.01)
     (cell,) = run(cfg).cells
     plain = run(cfg.model_copy(update={"gate": None, "out": str(tmp_path / "plain")})).cells[0]
     assert cell.below_floor == 0 and cell.context_tokens <= cell.budget_tokens
-    assert "legibility gate at 5% CER (reflex reader): 0 pages sent below their floor" in (
+    assert "legibility gate at 1% CER (reflex reader): 0 pages sent below their floor" in (
         tmp_path / "summary.md").read_text()
     # The same cell without the gate sends old pages at tiers the reflex reader cannot read there.
     assert plain.tiers != cell.tiers or plain.context_tokens != cell.context_tokens
