@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import math
 import zipfile
@@ -101,7 +102,8 @@ class ReflexModel:
         """The model in `path` (an `.npz` written by `save`), the shipped one by default."""
         source = Path(path) if path is not None else Path(str(resources.files(__package__) / WEIGHTS))
         try:
-            with np.load(source, allow_pickle=False) as f:
+            data = source.read_bytes()
+            with np.load(io.BytesIO(data), allow_pickle=False) as f:
                 arrays = {k: f[k] for k in f.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ReflexError(f"{source}: not a readable reflex model ({exc})") from None
@@ -123,7 +125,7 @@ class ReflexModel:
             if lm.shape != (len(CHARSET) + 1, len(CHARSET) + 1):
                 raise ReflexError(f"{source}: damaged reflex model (a language model of shape {lm.shape})")
             model.lm = lm.astype(np.float32)
-        model.digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        model.digest = hashlib.sha256(data).hexdigest()[:16]
         return model
 
     def logits(self, x: np.ndarray) -> np.ndarray:
@@ -505,19 +507,21 @@ class ReflexReader:
     def read_scored(self, image: Image.Image, boxes: Sequence[Box]) -> tuple[str, float]:
         """The page's text and the reader's confidence in it: the geometric mean, over every
         character read, of the CTC probability of its line's reading."""
-        if not boxes:
-            raise ReflexError("the reflex reader reads line boxes (PageImages.boxes); it finds no lines itself")
-        lines = self.lines(image, boxes)
+        lines = self.lines(image, _needed(boxes))
         chars = sum(len(text) for text, _ in lines)
         log_p = sum(len(text) * math.log(max(conf, 1e-300)) for text, conf in lines)
         return "\n".join(text for text, _ in lines), math.exp(log_p / chars) if chars else 1.0
 
     def read(self, image: Image.Image, boxes: Sequence[Box] | None = None) -> str:
-        if not boxes:
-            raise ReflexError("the reflex reader reads line boxes (PageImages.boxes); it finds no lines itself")
-        return "\n".join(text for text, _ in self.lines(image, boxes, scored=False))
+        return "\n".join(text for text, _ in self.lines(image, _needed(boxes), scored=False))
 
     def read_batch(self, images: Sequence[Image.Image],
                    boxes: Sequence[Sequence[Box] | None] | None = None) -> list[str]:
         per_image = list(boxes) if boxes is not None else [None] * len(images)
         return [self.read(im, b) for im, b in zip(images, per_image)]
+
+
+def _needed(boxes: Sequence[Box] | None) -> Sequence[Box]:
+    if not boxes:
+        raise ReflexError("the reflex reader reads line boxes (PageImages.boxes); it finds no lines itself")
+    return boxes

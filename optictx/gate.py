@@ -104,9 +104,10 @@ class LegibilityGate:
                 "confidence": {t.value: round(self.confidence[digest, t], 5)
                                for t in tiers if (digest, t) in self.confidence}}
 
-    def remember(self, found: Mapping[str, str]) -> None:
-        """Take in findings stored earlier (`measured`, as JSON, per page digest); bodies that do
-        not parse are left out, and those pages are read again."""
+    def remember(self, found: Mapping[str, str]) -> set[str]:
+        """Take in findings stored earlier (`measured`, as JSON, per page digest); the digests
+        taken. Bodies that do not parse are left out: those pages are read again."""
+        taken = set()
         with self._lock:
             for digest, body in found.items():
                 try:
@@ -119,3 +120,5 @@ class LegibilityGate:
                 self._floors[digest] = floor
                 self.cer.update({(digest, t): v for t, v in cer.items()})
                 self.confidence.update({(digest, t): v for t, v in conf.items()})
+                taken.add(digest)
+        return taken

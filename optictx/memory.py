@@ -297,9 +297,8 @@ class Memory:
         assert gate is not None
         key = gate.key
         if key is not None and key != self._floor_key:  # this gate's first use here
-            stored = self._store.load_floors(key)
-            gate.remember(stored)
-            self._floor_key, self._floors_stored = key, set(stored)
+            # Only what the gate took counts as stored: a damaged row is read again and rewritten.
+            self._floor_key, self._floors_stored = key, gate.remember(self._store.load_floors(key))
         floors = gate.floors(sealed, self.images)
         if key is not None:
             fresh = {p.digest: found for p in sealed if p.digest not in self._floors_stored

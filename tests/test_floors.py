@@ -65,6 +65,8 @@ def test_a_damaged_floor_row_is_read_again(tmp_path, sample, reader):
     again = Memory.open(path, gate=fresh)
     assert again.legibility() == found  # the same floors, two of them read again
     assert 2 <= fresh.reads <= 2 * len(Tier)
+    third = LegibilityGate(reader, max_cer=0.10)
+    assert Memory.open(path, gate=third).legibility() == found and third.reads == 0  # and stored again
 
 
 def test_a_memory_stored_before_any_gate_gets_its_floors_table(tmp_path, sample, reader):

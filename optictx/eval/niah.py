@@ -127,7 +127,7 @@ class CellResult:
     full_text: bool | None  # None: the transcript does not fit the budget
     context_tokens: int
     answer: str | None = None
-    below_floor: int = 0  # image pages sent at a tier sharper than nothing but below the gate's floor
+    below_floor: int = 0  # image pages sent less sharp than the gate's floor (it promises none)
 
     @property
     def recall(self) -> float:
