@@ -1,0 +1,249 @@
+"""Prompt caching: how each provider bills a repeated prompt prefix, and a simulator that prices
+a sequence of requests under those rules.
+
+Prices here are multipliers on the model's base input price (a cache read at 0.1x costs a tenth
+of an uncached token); money per token comes from `genai-prices` (`dollars`). The mechanics
+(breakpoints, lookback, lifetime, minimum length, hit granularity) are modelled here, one registry
+line per provider with the page it was read from and the date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from .errors import ConfigError
+
+Mode = Literal["breakpoints", "automatic", "prefill"]
+
+
+@dataclass(frozen=True)
+class CachePricing:
+    """One provider's prompt-cache rules.
+
+    - `breakpoints` (Anthropic): a prefix is cached only up to a block marked `cache_control`;
+      a request reads the longest cached prefix ending within `lookback` blocks before one of its
+      breakpoints, writes from there to its last breakpoint (at `write`x), and bills the rest at 1x.
+    - `automatic` (OpenAI, Gemini, DeepSeek): the longest prefix seen before is read, counted in
+      `step`-token units from `min_tokens`; nothing is billed extra for writing.
+    - `prefill` (a local model reusing the KV of its last prompt): what follows the common
+      prefix is prefilled (`write` 1.0), what precedes it is free (`read` 0.0).
+    """
+
+    name: str
+    read: float
+    write: float
+    mode: Mode
+    min_tokens: int
+    ttl: float  # seconds an entry lives after its last use
+    step: int = 1
+    max_breakpoints: int = 4
+    lookback: int = 20
+    provider: str | None = None  # genai-prices' provider id (None: no money, e.g. a local model)
+    source: str = field(default="", repr=False)
+
+    def rewrite_pays(self, saved_per_call: float, extra_now: float, calls_ahead: float) -> bool:
+        """Whether a rewrite that costs `extra_now` more this call than appending, and then saves
+        `saved_per_call` tokens of every later prompt, pays back over `calls_ahead` calls."""
+        return saved_per_call > 0 and calls_ahead * self.read * saved_per_call > extra_now
+
+
+_ANTHROPIC = "platform.claude.com/docs/en/build-with-claude/prompt-caching (read 2026-12-05)"
+_OPENAI = "developers.openai.com/api/docs/guides/prompt-caching (read 2026-12-05)"
+
+CACHE_PRICING: MappingProxyType[str, CachePricing] = MappingProxyType({
+    # 5-minute entries (the default), refreshed on every hit; 1,024 tokens is the minimum of the
+    # Sonnet 4.x / Opus 4.1 models (Opus 4.5+ and Haiku 4.5 need 4,096: see "anthropic-4096").
+    "anthropic": CachePricing("anthropic", 0.1, 1.25, "breakpoints", 1024, 300.0, provider="anthropic",
+                              source=_ANTHROPIC),
+    "anthropic-4096": CachePricing("anthropic-4096", 0.1, 1.25, "breakpoints", 4096, 300.0, provider="anthropic",
+                                   source=_ANTHROPIC),
+    "anthropic-1h": CachePricing("anthropic-1h", 0.1, 2.0, "breakpoints", 1024, 3600.0, provider="anthropic",
+                                 source=_ANTHROPIC + ', `"ttl": "1h"`'),
+    # Automatic from 1,024 tokens in 128-token steps; in-memory retention 5-10 minutes idle.
+    "openai:gpt-4o": CachePricing("openai:gpt-4o", 0.5, 1.0, "automatic", 1024, 300.0, 128, provider="openai",
+                                  source=_OPENAI),
+    "openai:gpt-4.1": CachePricing("openai:gpt-4.1", 0.25, 1.0, "automatic", 1024, 300.0, 128, provider="openai",
+                                   source=_OPENAI),
+    "openai:gpt-5": CachePricing("openai:gpt-5", 0.1, 1.0, "automatic", 1024, 300.0, 128, provider="openai",
+                                 source=_OPENAI),
+    # Implicit caching on Gemini 2.5 and later: 2,048 tokens minimum on 2.5 (4,096 on 3.x),
+    # cached input at a quarter of the price on 2.5 (ai.google.dev/gemini-api/docs/caching, read
+    # 2026-12-05).
+    "gemini": CachePricing("gemini", 0.25, 1.0, "automatic", 2048, 300.0, provider="google",
+                           source="ai.google.dev/gemini-api/docs/caching (read 2026-12-05)"),
+    # Disk caching on by default, hits at about a tenth of a miss, 64-token storage units
+    # (api-docs.deepseek.com/guides/kv_cache, read 2026-12-05).
+    "deepseek": CachePricing("deepseek", 0.1, 1.0, "automatic", 64, 3600.0, 64, provider="deepseek",
+                             source="api-docs.deepseek.com/guides/kv_cache (read 2026-12-05)"),
+    # A local model (transformers, vLLM, SGLang prefix caching): a changed prefix costs a prefill.
+    "local": CachePricing("local", 0.0, 1.0, "prefill", 0, float("inf"), source="optictx.models prefix KV reuse"),
+})
+
+# A cost model's name -> its provider's cache rules: the first prefix that matches wins.
+_BY_VISION: tuple[tuple[str, str], ...] = (
+    ("anthropic", "anthropic"),
+    ("openai:gpt-4.1", "openai:gpt-4.1"),
+    ("openai:gpt-5", "openai:gpt-5"),
+    ("openai:", "openai:gpt-4o"),
+    ("gemini", "gemini"),
+)
+
+
+def get_cache_pricing(spec: str | CachePricing) -> CachePricing:
+    """Cache rules by registry name, or the object itself (ConfigError listing the names)."""
+    if isinstance(spec, CachePricing):
+        return spec
+    try:
+        return CACHE_PRICING[spec]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown cache pricing {spec!r}; valid names: {', '.join(CACHE_PRICING)}") from None
+
+
+def pricing_for(vision: str) -> CachePricing:
+    """The cache rules of the consumer a cost model prices: an API's, else a local model's."""
+    return CACHE_PRICING[next((p for key, p in _BY_VISION if vision.startswith(key)), "local")]
+
+
+# -- the simulator -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Block:
+    """One block of a request: equal keys are equal content. `breakpoint`: cache_control on it."""
+
+    key: str
+    tokens: int
+    breakpoint: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as the cache sees it. `automatic`: Anthropic's top-level cache_control (a
+    breakpoint on the last block)."""
+
+    blocks: tuple[Block, ...]
+    at: float = 0.0
+    automatic: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return sum(b.tokens for b in self.blocks)
+
+
+@dataclass(frozen=True)
+class Bill:
+    """One request's input as billed: tokens at 1x, read from and written to the cache."""
+
+    uncached: int
+    read: int
+    written: int
+    cost: float  # in base-input tokens: uncached + read * pricing.read + written * pricing.write
+
+    @property
+    def tokens(self) -> int:
+        return self.uncached + self.read + self.written
+
+
+def _prefixes(blocks: Sequence[Block]) -> tuple[list[bytes], list[int]]:
+    """The digest and the token count of every block prefix (index i: blocks[:i + 1])."""
+    digests, totals, h, total = [], [], hashlib.sha256(), 0
+    for b in blocks:
+        h.update(b.key.encode("utf-8", "surrogatepass") + b"\0")
+        digests.append(h.copy().digest())
+        total += b.tokens
+        totals.append(total)
+    return digests, totals
+
+
+class PromptCache:
+    """A provider's cache over a sequence of requests: `bill(request)` prices one and updates
+    what is cached, as the provider would."""
+
+    def __init__(self, pricing: str | CachePricing) -> None:
+        self.pricing = get_cache_pricing(pricing)
+        self._entries: dict[bytes, float] = {}  # prefix digest -> expiry
+        self._last: list[bytes] = []  # prefill: the previous prompt's prefixes
+
+    def bill(self, request: Request) -> Bill:
+        blocks = request.blocks
+        digests, totals = _prefixes(blocks)
+        mode = self.pricing.mode
+        if mode == "prefill":
+            read, written = self._prefill(digests, totals), 0
+        elif mode == "automatic":
+            read, written = self._automatic(digests, totals, request.at), 0
+        else:
+            read, written = self._breakpoints(request, digests, totals)
+        total = totals[-1] if totals else 0
+        uncached = total - read - written
+        p = self.pricing
+        return Bill(uncached, read, written, uncached + read * p.read + written * p.write)
+
+    def _alive(self, digest: bytes, at: float) -> bool:
+        expiry = self._entries.get(digest)
+        return expiry is not None and expiry >= at
+
+    def _prefill(self, digests: list[bytes], totals: list[int]) -> int:
+        common = next((i for i, (a, b) in enumerate(zip(digests, self._last)) if a != b),
+                      min(len(digests), len(self._last)))
+        self._last = digests
+        return totals[common - 1] if common else 0
+
+    def _automatic(self, digests: list[bytes], totals: list[int], at: float) -> int:
+        p = self.pricing
+        hit = next((totals[i] for i in range(len(digests) - 1, -1, -1) if self._alive(digests[i], at)), 0)
+        for d in digests:
+            self._entries[d] = at + p.ttl
+        if hit < p.min_tokens:
+            return 0
+        return hit - hit % p.step
+
+    def _breakpoints(self, request: Request, digests: list[bytes], totals: list[int]) -> tuple[int, int]:
+        p, at = self.pricing, request.at
+        marks = [i for i, b in enumerate(request.blocks) if b.breakpoint]
+        if request.automatic and request.blocks and (not marks or marks[-1] != len(request.blocks) - 1):
+            marks.append(len(request.blocks) - 1)
+        if len(marks) > p.max_breakpoints:
+            raise ConfigError(f"{len(marks)} cache breakpoints in one request; {p.name} allows {p.max_breakpoints}")
+        if not marks:
+            return 0, 0
+        read_end = -1  # the last block of the longest prefix read
+        for m in marks:
+            for j in range(m, max(-1, m - p.lookback), -1):
+                if self._alive(digests[j], at):
+                    read_end = max(read_end, j)
+                    break
+        read = totals[read_end] if read_end >= 0 else 0
+        cacheable = [m for m in marks if totals[m] >= p.min_tokens]
+        last = max(cacheable, default=-1)
+        written = max(0, totals[last] - read) if last > read_end else 0
+        for i in (*cacheable, *([read_end] if read_end >= 0 else [])):
+            self._entries[digests[i]] = at + p.ttl
+        return read, written
+
+
+def simulate(requests: Iterable[Request], pricing: str | CachePricing) -> list[Bill]:
+    """Each request's bill, in order, with the cache the earlier ones left."""
+    cache = PromptCache(pricing)
+    return [cache.bill(r) for r in requests]
+
+
+def dollars(bill: Bill, model: str, pricing: str | CachePricing) -> float | None:
+    """The bill's input in US dollars for `model` (genai-prices' bundled price data, offline),
+    or None when genai-prices is not installed or does not know the model."""
+    p = get_cache_pricing(pricing)
+    if p.provider is None:
+        return None
+    try:
+        from genai_prices import Usage, calc_price
+    except ImportError:
+        return None
+    try:
+        price = calc_price(Usage(input_tokens=bill.tokens, cache_read_tokens=bill.read,
+                                 cache_write_tokens=bill.written), model_ref=model, provider_id=p.provider)
+    except LookupError:
+        return None
+    return float(price.input_price)
