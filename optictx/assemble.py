@@ -35,7 +35,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
             paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
             segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
             factsheet(i)
-    segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t))
+    segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t) if plan.drawn else None)
              for t in snap.recent[plan.cut:]]
     gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
     return Context(tuple(segs), budget, cost, gone)

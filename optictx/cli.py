@@ -1,4 +1,4 @@
-"""`optictx` command line: demo, plan, render, fidelity, tune, niah."""
+"""`optictx` command line: demo, plan, render, fidelity, tune, niah, serve, bill, train-reader."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
 from .io import read_jsonl
 from .memory import Memory
+from .promptcache import CACHE_PRICING as BILL_PROVIDERS
 from .report import contact_sheet, plan_table, printable
 from .turns import Turn, to_turn
 
@@ -285,8 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
                        help="cost model; auto: by each request's model name (default)")
-    serve.add_argument("--budget", type=int, default=16384, help="context tokens per request (default 16384)")
+    serve.add_argument("--budget", type=int, default=128_000,
+                       help="hard cap on context tokens per request (default 128000); below it, the prompt is "
+                       "only compacted where that pays under the provider's cache prices")
     serve.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
+    serve.add_argument("--no-pin-task", dest="pin_task", action="store_false",
+                       help="let the first user message (the task) fade like any other turn")
     serve.add_argument("--store", help="where memories outlive restarts (default: nowhere): a folder of SQLite "
                        "files, or a postgresql://user@host/db URL that several replicas share")
     serve.add_argument("--allow-remote", action="store_true",
@@ -296,6 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="conversations kept open in memory, each with up to 32 MiB of page images (default 64)")
     serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
     serve.set_defaults(func=cmd_serve)
+    bill = sub.add_parser("bill", help="what recorded sessions cost, request by request, as they came and "
+                          "through optictx, with the provider's prompt cache counted")
+    bill.add_argument("sessions", nargs="+", help="SESSION.jsonl files or folders of them")
+    bill.add_argument("--provider", nargs="+", default=["anthropic"], choices=[*BILL_PROVIDERS],
+                      help="whose cache rules and prices (default anthropic)")
+    bill.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
+                      help="cost model; auto: by the provider's model (default)")
+    bill.add_argument("--budget", type=int, help="X-Optictx-Budget on every request (default: the proxy's)")
+    bill.add_argument("--gap-seconds", type=float, default=60.0, help="seconds between requests (default 60)")
+    bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
+    bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
+    bill.set_defaults(func=cmd_bill)
     train = sub.add_parser("train-reader", help="train the reflex reader on lines optictx draws (torch)")
     train.add_argument("--out", required=True, help="the model file to write (.npz)")
     train.add_argument("--pages", type=int, default=60, help="pages of generated text to cut lines from")
@@ -305,6 +322,40 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     train.set_defaults(func=cmd_train_reader)
     return p
+
+
+def cmd_bill(args: argparse.Namespace) -> int:
+    from .errors import need
+
+    need("starlette", "serve")
+    from .eval.bill import replay, report, sessions
+
+    found = list(sessions(args.sessions))
+    for provider in args.provider:
+        bills = []
+        for session in _progress(found, f"bill {provider}"):
+            b = replay(session, provider, budget=args.budget, gap=args.gap_seconds, vision=args.vision)
+            bills.append(b)
+            s = b.summary()
+            if args.json:
+                print(json.dumps({**s, **({"rows": [vars(r) for r in b.rows]} if args.requests else {})}))
+                continue
+            if args.requests:
+                for r in b.rows:
+                    print(f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
+                          f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}")
+            money = s["dollars"]
+            dollars = f"  ${money[0]:.2f} -> ${money[1]:.2f}" if money[0] is not None else ""
+            print(f"{provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
+                  f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
+                  f"{s['optictx_tokens']}, events {s['events']}")
+        total = report(bills)
+        print(json.dumps({"provider": provider, **total}) if args.json else
+              f"{provider}: {total['sessions']} sessions, {total['requests']} requests: optictx costs "
+              f"{total['ratio']}x pass-through (cost in base-input tokens {total['passthrough_cost']} -> "
+              f"{total['optictx_cost']}); sessions above 1.0x: {total['sessions_above_1']}; worst "
+              f"{total['worst']}")
+    return 0
 
 
 def cmd_train_reader(args: argparse.Namespace) -> int:
@@ -325,7 +376,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = ServeConfig.make(
         upstream=args.upstream, anthropic_upstream=args.anthropic_upstream, host=args.host, port=args.port,
-        vision=args.vision, budget=args.budget, keep_recent=args.keep_recent,
+        vision=args.vision, budget=args.budget, keep_recent=args.keep_recent, pin_task=args.pin_task,
         store=args.store or None, allow_remote=args.allow_remote,
         proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
         upstream_timeout=args.upstream_timeout, max_open=args.max_open)

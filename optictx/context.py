@@ -4,6 +4,7 @@ local models write it, each with a stable key (the unit of prefix reuse)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 from collections import Counter
@@ -161,13 +162,28 @@ def _pieces(segments: Sequence[Segment]) -> tuple[Piece, ...]:
 @dataclass(frozen=True, eq=False)
 class Context:
     """What `Memory.context()` returns. `tokens` is the sum of the segments' costs under `vision`.
-    `verbatim`: the conversation as it came, every turn as itself in order (it fit the budget)."""
+    `verbatim`: the conversation as it came, every turn as itself in order (it fit the budget).
+    `event`: how it relates to the last context of its memory for this budget and vision:
+    "append" (that one with the new turns after it), "verbatim" (as it came, again), "first",
+    "forced" or "paid" (a compaction: the budget forced it, or it pays under the consumer's cache
+    prices); None when it was planned afresh (`Policy.cache` off)."""
 
     segments: tuple[Segment, ...]
     budget: Budget
     vision: CostModel
     gone: tuple[Page, ...] = ()
     verbatim: bool = False
+    event: str | None = None
+    breakpoints: tuple[int, ...] = ()
+
+    def marked(self, event: str, breakpoints: tuple[int, ...]) -> Context:
+        """This context with its event and `breakpoints`: prefix lengths, in pieces, that stay the
+        same until the next compaction (the end of the system and pinned turns, of the frozen
+        pages, of the whole prompt); the exporters mark them for a provider's prompt cache."""
+        new = dataclasses.replace(self, event=event, breakpoints=breakpoints)
+        if "pieces" in self.__dict__:  # derived from the segments alone: still true
+            new.__dict__["pieces"] = self.pieces
+        return new
 
     @cached_property
     def pieces(self) -> tuple[Piece, ...]:

@@ -32,17 +32,24 @@ _TURNS = ("system", "pinned", "recent")
 Middle = list["PageSegment | str"]  # what goes between the turns: the caption, image pages, text
 
 
-def _sequence(ctx: Context) -> list[Turn | Middle]:
+def _sequence(ctx: Context) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
     """The context's turns and, at its place, what goes between them (the caption, image pages,
     and text: text pages, the open page, factsheet parts), the text pieces of one segment joined
     into one text. Pieces come in prompt order: system, pinned, that middle, recent turns; or, in
-    a verbatim context, every turn in the order it came."""
+    a verbatim context, every turn in the order it came.
+
+    Also the places of the context's breakpoints: (item, -1) for a turn, (item, part) for a part
+    of a middle, wherever the last piece before a breakpoint went."""
     out: list[Turn | Middle] = []
+    marks: set[tuple[int, int]] = set()
+    ends = {b - 1 for b in ctx.breakpoints}
     segment = -1
-    for piece in ctx.pieces:
+    for i, piece in enumerate(ctx.pieces):
         if piece.kind in _TURNS:
             if piece.turn is not None:
                 out.append(piece.turn)
+                if i in ends:
+                    marks.add((len(out) - 1, -1))
         else:
             if not out or not isinstance(out[-1], list):
                 out.append([])
@@ -53,8 +60,10 @@ def _sequence(ctx: Context) -> list[Turn | Middle]:
                 middle[-1] += "\n" + piece.text
             else:
                 middle.append(piece.text)
+            if i in ends:
+                marks.add((len(out) - 1, len(middle) - 1))
         segment = piece.segment
-    return out
+    return out, marks
 
 
 Message = Callable[[Turn], dict[str, Any]]
@@ -64,7 +73,7 @@ def to_openai(ctx: Context, message: Message | None = None) -> list[dict[str, An
     """`message`: how a turn is written (default `Turn.to_openai`; a proxy gives the client's own)."""
     write = message or Turn.to_openai
     return [write(item) if isinstance(item, Turn) else
-            {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)]
+            {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)[0]]
 
 
 # -- Anthropic ---------------------------------------------------------------------------------
@@ -128,19 +137,46 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_text_block(content)] if isinstance(content, str) else list(content)
 
 
-def to_anthropic(ctx: Context, message: Message | None = None) -> tuple[str, list[dict[str, Any]]]:
+# The cache_control this exporter writes: one object, so that a proxy can tell its own marks from
+# a client's (`is`) when it must keep to the provider's limit of four.
+MARK = {"type": "ephemeral"}
+
+
+def _marked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`blocks` (copied) with a breakpoint on the last one."""
+    return [*blocks[:-1], {**blocks[-1], "cache_control": MARK}] if blocks else blocks
+
+
+def to_anthropic(ctx: Context, message: Message | None = None, *, cache: bool = False
+                 ) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
     """System turns (wherever they are) join the system prompt; the rest are messages, the pages'
     OpenAI parts each as its Anthropic block (a data URI becomes a base64 source). `message`: how
-    a turn is written (a proxy gives the client's own blocks); consecutive roles are merged."""
+    a turn is written (a proxy gives the client's own blocks); consecutive roles are merged.
+
+    `cache=True` marks the context's breakpoints with `cache_control` (at most four: the end of
+    the system and pinned turns, of the frozen pages, of the prompt), and the system prompt then
+    comes as a list of text blocks."""
     write = message or _anthropic_message
     system: list[str] = []
+    system_marked = False
     messages: list[dict[str, Any]] = []
-    for item in _sequence(ctx):
+    items, marks = _sequence(ctx)
+    for n, item in enumerate(items):
         if isinstance(item, Turn) and item.role == "system":
             system.append(item.text)
+            system_marked |= (n, -1) in marks
         elif isinstance(item, Turn):
-            messages.append(write(item))
+            m = write(item)
+            if cache and (n, -1) in marks:
+                m = {**m, "content": _marked(_blocks(m["content"]))}
+            messages.append(m)
         else:
-            messages.append({"role": "user", "content": [_anthropic_part(p) for p in _openai_parts(item, None)]})
-    return "\n\n".join(system), _merge_roles(messages)
-
+            blocks = [_anthropic_part(p) for p in _openai_parts(item, None)]
+            if cache:
+                blocks = [{**b, "cache_control": MARK} if (n, j) in marks else b for j, b in enumerate(blocks)]
+            messages.append({"role": "user", "content": blocks})
+    text = "\n\n".join(system)
+    if not cache:
+        return text, _merge_roles(messages)
+    blocks = [{"type": "text", "text": text}] if text else []
+    return (_marked(blocks) if system_marked else blocks), _merge_roles(messages)

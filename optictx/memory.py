@@ -23,8 +23,10 @@ from .limits import Limits
 from .lru import LRU
 from .native import image_sizes, images_cost
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
-from .plan import Snapshot, plan, safe_cuts
+from .plan import Plan, Snapshot, plan, safe_cuts
+from .planstate import PlanStates, Tail, state_key, tail_turns
 from .policy import Fitter, Ladder, Policy
+from .prefix import next_plan
 from .renderers import Layout, RenderConfig
 from .settings import as_budget, as_render, check_int, from_meta, to_meta
 from .store import MemoryStore, Store, open_store
@@ -104,6 +106,9 @@ class Memory:
     limits: Limits = property(lambda self: self.policy.limits)  # type: ignore[assignment]
     sticky_tiers: bool = property(lambda self: self.policy.sticky)  # type: ignore[assignment]
     verbatim: bool = property(lambda self: self.policy.verbatim)  # type: ignore[assignment]
+    cache: bool = property(lambda self: self.policy.cache)  # type: ignore[assignment]
+    headroom: float = property(lambda self: self.policy.headroom)  # type: ignore[assignment]
+    horizon: float = property(lambda self: self.policy.horizon)  # type: ignore[assignment]
 
     def _set_policy(self, **fields: Any) -> None:
         with self._lock:
@@ -125,6 +130,8 @@ class Memory:
         # sticky: (budget, vision) -> the sealed pages' tiers in its last context; a few budgets
         # in use at once, not every one ever asked
         self._last_tiers: LRU[tuple[int, str], list[Tier]] = LRU(max_items=8)
+        self._plans = PlanStates(self._store)  # the append-only plan per (budget, consumer), stored
+        self._tail = Tail(self._store)  # turns from the frozen front's end on, kept after they are read
         self._count = 0
         self._text_total = 0
         self._last_id = -1
@@ -214,6 +221,7 @@ class Memory:
             self._images[turn.id] = sizes
         self._text_total += n
         self._facts.note(turn)
+        self._tail.note(turn)
         if turn.role == "system" or turn.pinned:
             (self._system if turn.role == "system" else self._pinned).append(turn)
         else:
@@ -257,36 +265,65 @@ class Memory:
             self._sync()
             return [*self._packer.sealed, *self._packer.preview()]
 
-    def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None) -> Context:
-        """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big."""
+    def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None,
+                commit: bool = True) -> Context:
+        """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big.
+
+        With `Policy.cache` (the default) it is the last context for this budget and vision with
+        the new turns appended, unless a compaction is forced or pays (`Context.event` says
+        which). `commit=False` plans as this call would without recording it (a dry run)."""
         with self._lock:
             self._sync()
-            return self._context(budget, vision)
+            return self._context(budget, vision, commit)
 
-    def _context(self, budget: Budget | int | None, vision: str | CostModel | None) -> Context:
+    def _context(self, budget: Budget | int | None, vision: str | CostModel | None, commit: bool = True) -> Context:
         budget = self.budget if budget is None else as_budget(budget)
         cost = self.vision if vision is None else get_cost_model(vision)
+        if self.policy.cache:
+            return self._appended(budget, cost, commit)
         snap = self._snapshot(budget, cost)
         fitted = plan(snap, budget, cost, self.policy)
         if self.policy.sticky:
             self._last_tiers[budget.limit, cost.name] = fitted.tiers[: len(snap.pack.sealed)]
         return assemble(snap, fitted, budget, cost, self.images)
 
-    def _snapshot(self, budget: Budget, cost: CostModel) -> Snapshot:
-        """This memory as planning reads it now (the caller holds the lock)."""
+    def _appended(self, budget: Budget, cost: CostModel, commit: bool) -> Context:
+        key = state_key(budget, cost, self.policy)
+        fixed = {t.id for t in (*self._system, *self._pinned)}
+
+        def tail(upto: int) -> Snapshot:
+            return self._snapshot(budget, cost, recent=tail_turns(self._tail.since(upto), upto, fixed))
+
+        def build(snap: Snapshot, fitted: Plan) -> Context:
+            return assemble(snap, fitted, budget, cost, self.images)
+
+        ctx, state, _ = next_plan(self._plans.get(key), lambda: self._snapshot(budget, cost), tail, build,
+                                      budget, cost, self.policy)
+        if commit:
+            if self.policy.sticky:  # what a compaction may not sharpen (plan.never_sharper)
+                tiers = {s.page.index: s.tier for s in ctx.pages} | {p.index: Tier.GONE for p in ctx.gone}
+                self._last_tiers[budget.limit, cost.name] = [tiers.get(i, Tier.GONE) for i in range(len(tiers))]
+            self._plans.put(key, state)
+            self._tail.keep_from(min(s.upto for s in self._plans.values()))
+        return ctx
+
+    def _snapshot(self, budget: Budget, cost: CostModel, recent: Sequence[Turn] | None = None) -> Snapshot:
+        """This memory as planning reads it now (the caller holds the lock); `recent`: these turns
+        in place of the ones not on pages (prefix.py's tail)."""
         pack = self._packer.view()
         # The gate reads sealed pages only: unsealed ones change with every turn, and they are
         # the newest, which the ladder keeps sharpest.
         floors = tuple(self._floors(pack.sealed)) if self.gate else ()
         last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
         # The whole transcript is read back only when its text alone fits: then it may go as it came.
-        verbatim = self.policy.verbatim and self._text_total <= budget.limit
+        verbatim = recent is None and self.policy.verbatim and self._text_total <= budget.limit
         # (Other writers' turns past the last one taken in are left for the next sync.)
         transcript = tuple(self._store.since(-1)[: self._last_id + 1]) if verbatim else None
-        turns = transcript if transcript is not None else (*self._system, *self._pinned, *self._recent)
+        recent = self._recent if recent is None else recent
+        turns = (*(transcript or ()), *self._system, *self._pinned, *recent)
         tokens = {t.id: self._native[t.id] for t in turns}  # type: ignore[index]
         images = {t.id: self._images[t.id] for t in turns if t.id in self._images}
-        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(self._recent), tokens, pack,
+        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(recent), tokens, pack,
                         self.tokenizer.count, images, floors, last, self._facts, transcript,
                         self._text_total, tuple(s for sizes in self._images.values() for s in sizes))
 

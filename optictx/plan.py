@@ -83,6 +83,7 @@ class Plan:
     caption_tokens: int
     factsheet: Mapping[int, str] = field(default_factory=dict)
     verbatim: tuple[Turn, ...] | None = None  # set: every turn goes as itself in this order, nothing else
+    drawn: bool = True  # recent turns' flat prompts as a page draws them (False: as themselves, prefix.py)
 
     @cached_property
     def sent(self) -> list[Tier]:
@@ -108,10 +109,12 @@ class Plan:
                 for tid in p.turn_ids}
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
-        return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens)
+        return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
+                    drawn=self.drawn)
 
     def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
-        new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts)
+        new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts,
+                   drawn=self.drawn)
         # The same tiers: what was derived from them holds (recomputing it walks every page).
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
         return new

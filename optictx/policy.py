@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from .errors import ConfigError
 from .facts import Factsheet
 from .limits import Limits
+from .promptcache import CACHE_PRICING, CachePricing
 from .schedule import AgeLadder, OldestFirst, PageCost
 from .tiers import Tier
 
@@ -47,6 +48,13 @@ class Policy:
     - `verbatim`: a conversation that fits the budget goes as it came (every turn as itself, in
       order), and a context never costs more than that conversation. False only to measure the
       optical path itself at budgets that would not need it.
+    - `cache`: each context is the last one with the new turns appended, until a compaction that
+      the budget forces or that pays under the consumer's prompt-cache prices (`prefix.py`);
+      False plans every context afresh (the prompt's front then moves on most calls).
+    - `headroom`: the share of the budget a forced compaction leaves free for the turns to come;
+      `horizon`: the calls still to come, as a multiple of the calls so far, over which a
+      compaction must pay back; `pricing`: the consumer's cache rules (a `CACHE_PRICING` name or
+      a `CachePricing`; None: the provider the cost model names, a local model's otherwise).
     """
 
     ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
@@ -55,16 +63,26 @@ class Policy:
     sticky: bool = False
     limits: Limits = Limits()  # noqa: RUF009
     verbatim: bool = True
+    cache: bool = True
+    headroom: float = 0.3
+    horizon: float = 1.0
+    pricing: str | CachePricing | None = None
 
     def __post_init__(self) -> None:
         checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
                   "fitter": callable(getattr(self.fitter, "fit", None)),
                   "factsheet": self.factsheet is None or isinstance(self.factsheet, Factsheet),
                   "sticky": isinstance(self.sticky, bool), "limits": isinstance(self.limits, Limits),
-                  "verbatim": isinstance(self.verbatim, bool)}
+                  "verbatim": isinstance(self.verbatim, bool), "cache": isinstance(self.cache, bool),
+                  "headroom": isinstance(self.headroom, (int, float)) and 0 <= self.headroom < 1,
+                  "horizon": isinstance(self.horizon, (int, float)) and 0 <= self.horizon <= 1000,
+                  "pricing": self.pricing is None or isinstance(self.pricing, CachePricing) or (
+                      isinstance(self.pricing, str) and self.pricing in CACHE_PRICING)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
                  "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
-                 "verbatim": "a bool"}
+                 "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
+                 "horizon": "a number in [0, 1000]",
+                 "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}"}
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
@@ -72,7 +90,8 @@ class Policy:
     @classmethod
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
-        ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=."""
+        ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=, cache=, headroom=, horizon=,
+        pricing=."""
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:

@@ -13,13 +13,14 @@ from .limits import Limits
 from .renderers import RenderConfig
 from .turns import short
 
-_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool}
+_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
+          "cache": bool, "headroom": float, "horizon": float}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 
 
 def to_meta(mem: Any) -> dict[str, Any]:
     """What `from_meta` needs to rebuild `mem`'s settings (plain JSON data)."""
-    meta = {key: getattr(mem, key) for key in _PLAIN}
+    meta = {key: kind(getattr(mem, key)) for key, kind in _PLAIN.items() if key != "vision"}
     meta["vision"] = mem.vision.name
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})
     return meta

@@ -63,7 +63,8 @@ class Upstream:
 def _openai_answer(model: str, text: str) -> dict[str, Any]:
     return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            "usage": {"prompt_tokens": 2100, "completion_tokens": 11, "total_tokens": 2111,
+                      "prompt_tokens_details": {"cached_tokens": 1920}}}
 
 
 def _openai_events(model: str, text: str) -> list[bytes]:
@@ -72,14 +73,17 @@ def _openai_events(model: str, text: str) -> list[bytes]:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return b"data: " + json.dumps(body).encode() + b"\n\n"
     words = [text[i:i + 6] for i in range(0, len(text), 6)]
+    usage = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
+             "usage": _openai_answer(model, text)["usage"]}  # as with stream_options.include_usage
     return [chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in words),
-            chunk({}, "stop"), b"data: [DONE]\n\n"]
+            chunk({}, "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n"]
 
 
 def _anthropic_answer(model: str, text: str) -> dict[str, Any]:
     return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 1, "output_tokens": 1}}
+            "usage": {"input_tokens": 7, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 2000,
+                      "output_tokens": 11}}
 
 
 def _anthropic_events(model: str, text: str) -> list[bytes]:
@@ -92,7 +96,7 @@ def _anthropic_events(model: str, text: str) -> list[bytes]:
             *(event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": w}}) for w in words),
             event("content_block_stop", {"index": 0}),
             event("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                    "usage": {"output_tokens": 1}}),
+                                    "usage": {"output_tokens": 11}}),
             event("message_stop", {})]
 
 
@@ -210,19 +214,33 @@ class Proxy:
         self.thread.join(20)
 
 
-def fresh(dialect: Any, body: dict[str, Any], *, budget: int, keep: int, vision: str | None = None) -> tuple[Any, Any]:
-    """What a fresh Memory fed the same messages with the same settings sends upstream: (body, context)."""
-    from optictx import Memory
-    from optictx.serve.proxy import fit
-    from optictx.serve.vision import vision_for
+class Reference:
+    """What one proxy sends upstream for one conversation's requests, in order: one Memory fed
+    each request's new turns, one context per request, the first user message pinned as the
+    proxy pins it. Since the append-only planner, the body depends on the conversation's history
+    of calls, not only on its turns (optictx/serve/proxy.py, `fit`)."""
 
-    raw = json.dumps(body).encode()
-    parsed = dialect.parse(body, raw)
-    mem = Memory(keep_recent=keep, budget=budget)
-    for t in parsed.turns:
-        mem.add(t)
-    fitted, ctx = fit(mem, dialect, parsed, budget, vision or vision_for(parsed.model, dialect.name, "auto"))
-    return json.loads(fitted), ctx
+    def __init__(self, dialect: Any, *, budget: int, keep: int, vision: str | None = None) -> None:
+        from optictx import Memory
+
+        self.dialect, self.budget, self.vision = dialect, budget, vision
+        self.memory = Memory(keep_recent=keep, budget=budget)
+
+    def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
+        from optictx.serve.proxy import fit, pin_task
+        from optictx.serve.vision import vision_for
+
+        parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
+        for t in parsed.turns[len(self.memory):]:
+            self.memory.add(t)
+        vision = self.vision or vision_for(parsed.model, self.dialect.name, "auto")
+        fitted, ctx = fit(self.memory, self.dialect, parsed, self.budget, vision)
+        return json.loads(fitted), ctx
+
+
+def fresh(dialect: Any, body: dict[str, Any], *, budget: int, keep: int, vision: str | None = None) -> tuple[Any, Any]:
+    """What the proxy sends for a conversation's first request: (body, context)."""
+    return Reference(dialect, budget=budget, keep=keep, vision=vision).send(body)
 
 
 class ServeProcess:

@@ -128,7 +128,7 @@ def test_real_anthropic_client_sends_the_context(ctx, server):
 
 
 def test_text_tier_pages_and_broken_tool_json_export_cleanly():
-    mem = Memory(vision="anthropic", budget=Budget(tokens=50000), keep_recent=1, verbatim=False)
+    mem = Memory(vision="anthropic", budget=Budget(tokens=50000), keep_recent=1, verbatim=False, cache=False)
     mem.add({"role": "user", "content": "hi"})
     mem.add({"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{bad"}}]})
     mem.add({"role": "tool", "tool_call_id": "c1", "content": ""})

@@ -125,7 +125,7 @@ def test_tool_results_come_after_what_was_said_and_shown_strings_are_not_repeate
 
 def test_pages_the_factsheet_pushes_out_are_listed_in_it():
     def context(factsheet):
-        mem = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=factsheet)
+        mem = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=factsheet, cache=False)
         numbers = _needles(mem, 150)
         return mem.context(), numbers
 
@@ -162,16 +162,17 @@ def test_a_context_built_along_a_session_has_the_sheet_a_fresh_memory_builds(sam
     """Lines are cached per split of dropped and imaged pages: a memory that built a context
     after every turn, with budgets taking turns, must show what a memory built from scratch shows."""
     budgets = [Budget(tokens=1500), Budget(tokens=4000)]
-    live = Memory(budget=budgets[0], keep_recent=2)
+    live = Memory(budget=budgets[0], keep_recent=2, cache=False)  # each context afresh: comparable
     for i, m in enumerate(sample[:160]):
         live.add(m)
         live.context(budget=budgets[i % 2])
         if i % 40 == 39:
-            fresh = Memory(budget=budgets[0], keep_recent=2)
+            fresh = Memory(budget=budgets[0], keep_recent=2, cache=False)
             for t in sample[: i + 1]:
                 fresh.add(t)
             for b in budgets:
                 assert live.context(budget=b).factsheet == fresh.context(budget=b).factsheet
-    odd = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=Factsheet(finder=_UnhashableFinder()))
+    odd = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=Factsheet(finder=_UnhashableFinder()),
+                 cache=False)
     _needles(odd, 60)
     assert "1000000" in odd.context().factsheet and odd.context().factsheet == odd.context().factsheet

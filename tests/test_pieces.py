@@ -8,6 +8,9 @@ from optictx.context import PageSegment, common_prefix
 
 
 def _grown(sample, n, **kw):
+    """A memory planning each context afresh (`cache=False`): the pieces of the stateless plan,
+    the open page's among them (tests/test_prefix.py holds the append-only planner)."""
+    kw.setdefault("cache", False)
     mem = Memory(budget=Budget(tokens=kw.pop("tokens", 8192)), keep_recent=kw.pop("keep_recent", 4), **kw)
     for m in sample[:n]:
         mem.add(m)

@@ -23,6 +23,8 @@ POLICIES = {
     # at every seal, sticky, and pages even where the whole conversation would fit as text: as far
     # from the default as the knobs go.
     "drop-oldest": Policy(ladder=AgeLadder(hold=1, unsealed=None), fitter=DropOldest(), sticky=True, verbatim=False),
+    # Every context planned afresh: the planner a compaction runs (prefix.py), on its own.
+    "stateless": Policy(cache=False),
 }
 
 
@@ -93,7 +95,12 @@ def test_recent_turns_stay_text_while_they_fit(mem):
     fixed = _fixed_tokens(mem)
     if fixed + sum(turn_tokens(t, mem.tokenizer) for t in recent) <= mem.budget.limit:
         native = [s.turn.id for s in ctx.text_segments if s.kind == "recent"]
-        assert native == [t.id for t in (conversational if ctx.verbatim else recent)]
+        expected = [t.id for t in (conversational if ctx.verbatim else recent)]
+        if ctx.event is None:  # planned afresh: exactly the recent turns
+            assert native == expected
+        else:  # frozen pages, then every turn after them as itself: the recent ones among them
+            assert native[len(native) - len(expected):] == expected
+            assert native == [t.id for t in conversational[len(conversational) - len(native):]]
     # at least keep_recent conversational turns are held out of the pages (orphan tool results aside)
     if not any(t.role == "tool" for t in conversational):
         assert len(recent) >= min(mem.keep_recent, len(conversational))

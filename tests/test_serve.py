@@ -22,7 +22,7 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Proxy, fresh, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, Reference, fresh, start_upstream, stop_upstream  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -111,14 +111,18 @@ def test_openai_stream_is_relayed_chunk_by_chunk(proxy, upstream, sample):
     assert upstream.last("/v1/chat/completions").body["stream"] is True
 
 
-def test_a_growing_chat_sends_what_a_fresh_memory_would_at_every_request(proxy, upstream, sample):
+def test_a_growing_chat_sends_what_its_history_of_calls_determines(proxy, upstream, sample):
     client = _openai(proxy)
     history = list(sample[:30])
+    reference = Reference(OPENAI, budget=BUDGET, keep=KEEP)
+    events = []
     for step in range(6):
         history += sample[30 + 8 * step: 38 + 8 * step]
         client.chat.completions.create(model="deepseek-ocr", messages=history)
-        fresh, _ = _fresh(OPENAI, {"model": "deepseek-ocr", "messages": history})
-        assert upstream.last("/v1/chat/completions").body == fresh, step
+        expected, ctx = reference.send({"model": "deepseek-ocr", "messages": history})
+        assert upstream.last("/v1/chat/completions").body == expected, step
+        events.append(ctx.event)
+    assert "append" in events  # the body grew at its end, not planned afresh
     conversations = proxy.proxy.ledger.conversations(_tenant("key-a"))
     assert len(conversations) == 1 and conversations[0]["requests"] == 6  # one memory, grown
 
@@ -337,6 +341,8 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
                                                                                     monkeypatch):
     config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s")
     p = Proxy(config)
+    reference = Reference(OPENAI, budget=BUDGET, keep=KEEP)
+    reference.send({"model": "deepseek-ocr", "messages": sample[:80]})
     try:
         r1 = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:80])
         first = p.proxy.conversations.find(_tenant("key-a"), r1.headers["x-optictx-conversation"])
@@ -358,7 +364,8 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
         assert r2.headers["x-optictx-conversation"] == r1.headers["x-optictx-conversation"]
         # Pages came back from the file: only the turns after the last stored page are laid out.
         assert calls and len(calls) <= 4 * (len(history) - stored_upto) < 2 * len(history)
-        assert upstream.last("/v1/chat/completions").body == _fresh(OPENAI, {"model": "deepseek-ocr",
+        # The plan state came back too: the body is what one process would have sent.
+        assert upstream.last("/v1/chat/completions").body == reference.send({"model": "deepseek-ocr",
                                                                                "messages": history})[0]
     finally:
         p.stop()

@@ -8,19 +8,20 @@ from typing import Any
 
 from ..context import Context
 from ..errors import TurnError
-from ..export import to_anthropic
+from ..export import MARK, to_anthropic
 from ..turns import Turn, to_turn
-from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages
+from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
-EPHEMERAL = {"type": "ephemeral"}
 
 
 def _part(block: dict[str, Any]) -> dict[str, Any]:
     """A content block as an OpenAI-style part: images become image_url parts, so that their
-    size is read and priced like any client image; other blocks are kept as they are."""
+    size is read and priced like any client image; other blocks are kept as they are, less the
+    markers a client moves between requests (`dialect.MARKERS`)."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):  # inside a tool_result
         raise ApiError("a content block is an object with a string type", param="messages")
+    block = unmarked(block)
     if block["type"] == "image" and isinstance(source := block.get("source"), dict):
         if source.get("type") == "base64":
             url = f"data:{source.get('media_type')};base64,{source.get('data')}"
@@ -65,32 +66,33 @@ def _turns(i: int, message: Any) -> list[tuple[dict[str, Any], Any]]:
     return out
 
 
-def _breakpoints(body: dict[str, Any], pages: set[str]) -> None:
-    """cache_control on the last page image, the system prompt and the last block, as far as the
-    limit allows beside the client's own breakpoints: pages and system stay the same while new
-    turns arrive, and the whole prompt is the start of the next one. Lists are copied, never
-    written into (they may be the client's own)."""
+def _has_mark(block: Any) -> bool:
+    return isinstance(block, dict) and "cache_control" in block
+
+
+def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
+    """The client's own breakpoints kept, ours (`export.MARK`, at the context's stable
+    boundaries) added, the system prompt marked when ours wants it and the client's has none.
+    Over Anthropic's limit of four, ours go first where the client marked the same last message,
+    then from the front: the end of the pages (where a compaction's prefix is read back) is the
+    last to go. Lists are copied, never written into."""
     messages = [{**m, "content": list(m["content"])} if isinstance(m["content"], list) else m
                 for m in body["messages"]]
-    if isinstance(messages[-1]["content"], str):
-        messages[-1] = {**messages[-1], "content": [{"type": "text", "text": messages[-1]["content"]}]}
     system = body.get("system")
     system = [{"type": "text", "text": system}] if isinstance(system, str) and system else (
         list(system) if isinstance(system, list) else None)
-    blocks = [*(body.get("tools") or []), *(system or []),
-              *(b for m in messages if isinstance(m["content"], list) for b in m["content"])]
-    used = sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
-    spots = [(m["content"], j) for m in messages if isinstance(m["content"], list)
-             for j, b in enumerate(m["content"])
-             if b.get("type") == "image" and b.get("source", {}).get("data") in pages]
-    spots = spots[-1:]
-    if system and not any(isinstance(b, dict) and "cache_control" in b for b in system):
-        spots.append((system, len(system) - 1))
-    if messages[-1]["content"]:
-        spots.append((messages[-1]["content"], len(messages[-1]["content"]) - 1))
-    for blocks_, j in spots[: max(0, MAX_BREAKPOINTS - used)]:
-        if isinstance(blocks_[j], dict) and "cache_control" not in blocks_[j]:
-            blocks_[j] = {**blocks_[j], "cache_control": EPHEMERAL}
+    if mark_system and system and not any(_has_mark(b) for b in system) and isinstance(system[-1], dict):
+        system[-1] = {**system[-1], "cache_control": MARK}
+    lists = [*([system] if system else []), *(m["content"] for m in messages if isinstance(m["content"], list))]
+    ours = [(blocks, j) for blocks in lists for j, b in enumerate(blocks)
+            if _has_mark(b) and b["cache_control"] is MARK]
+    theirs = sum(1 for b in (body.get("tools") or []) if _has_mark(b)) + sum(
+        1 for blocks in lists for b in blocks if _has_mark(b) and b["cache_control"] is not MARK)
+    last = lists[-1] if lists else []
+    if any(_has_mark(b) and b["cache_control"] is not MARK for b in last):  # the client marked the end
+        ours.sort(key=lambda spot: spot[0] is not last)
+    for blocks, j in ours[: max(0, theirs + len(ours) - MAX_BREAKPOINTS)]:
+        blocks[j] = {k: v for k, v in blocks[j].items() if k != "cache_control"}
     body["messages"] = messages
     if system is not None:
         body["system"] = system
@@ -106,7 +108,7 @@ class AnthropicMessages:
         if system:
             if not isinstance(system, (str, list)):
                 raise ApiError("system: a string or a list of text blocks", param="system")
-            pairs.append(({"role": "system", "content": system}, None))
+            pairs.append(({"role": "system", "content": unmarked(system)}, None))
         for i, message in enumerate(messages):
             pairs.extend(_turns(i, message))
         turns = []
@@ -124,10 +126,10 @@ class AnthropicMessages:
         def original(turn: Turn) -> dict[str, Any]:
             return parsed.originals[turn.id]  # type: ignore[index]
 
-        _, messages = to_anthropic(ctx, original)  # the system prompt stays as the client sent it
+        ours, messages = to_anthropic(ctx, original, cache=True)  # the system prompt stays the client's
         body = {**parsed.body, "messages": messages or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]}
-        _breakpoints(body, {p.png_base64() for p in ctx.pages if p.tier.is_image})
+        _breakpoints(body, any(_has_mark(b) for b in ours))
         return json.dumps(body).encode()  # ASCII escapes: equal JSON, encoded ~40% faster
 
     def error(self, exc: ApiError) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .anthropic_api import ANTHROPIC
 from .config import ServeConfig, is_loopback
 from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
+from .meter import Usage, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
 from .relay import Upstream
@@ -98,14 +99,24 @@ class Server:
             sent = fitted.sent
             extra = {"x-optictx-conversation": sent.conversation, "x-optictx-vision": sent.vision,
                      "x-optictx-tokens": f"{sent.sent}/{sent.original}"}
+            if fitted.charge is not None:  # modeled, base-input tokens (and dollars): optictx / as it came
+                extra["x-optictx-cost"] = fitted.charge.header()
+            if fitted.context is not None and fitted.context.event:
+                extra["x-optictx-event"] = fitted.context.event
             if fitted.fallback:
                 extra["x-optictx-fallback"] = fitted.fallback
+
+            async def done(usage: Usage | None, status: int) -> None:
+                try:  # bookkeeping: the answer reaches the client whatever becomes of it
+                    billed = usage_record(usage, sent.vision, sent.model)
+                    await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=status, **billed))
+                except Exception:
+                    log.exception("conversation %s: the request's record was not stored", sent.conversation)
+
             upstream = self.upstream(dialect)
-            response = await upstream.post(path, fitted.body, request.headers, parsed.stream, dialect, extra)
+            return await upstream.post(path, fitted.body, request.headers, parsed.stream, dialect, extra, done)
         except ApiError as exc:
             return _error(dialect, exc)
-        await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=response.status_code))
-        return response
 
     async def chat(self, request: Request) -> Response:
         return await self.complete(request, OPENAI, "/chat/completions")

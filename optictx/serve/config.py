@@ -34,8 +34,11 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     vision: str = "auto"
-    budget: int = Field(16384, ge=1)
+    # A hard cap, under every current model's context window: below it, compactions happen only
+    # where they pay under the provider's cache prices (prefix.py).
+    budget: int = Field(128_000, ge=1)
     keep_recent: int = Field(4, ge=0)
+    pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
     store: Path | str | None = None  # a folder of SQLite files, or a postgresql:// URL (replicas)
     allow_remote: bool = False
     proxy_key: str | None = Field(None, repr=False, min_length=16)

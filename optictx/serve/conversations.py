@@ -19,6 +19,7 @@ from pathlib import Path
 from ..memory import Memory
 from ..turns import Turn
 from .ledger import Ledger
+from .meter import Meter
 from .shelf import Shelf
 
 log = logging.getLogger("optictx.serve")
@@ -56,6 +57,7 @@ class Conversation:
     memory: Memory
     lock: threading.Lock = field(default_factory=threading.Lock)
     last: object = None  # the latest context sent (for the dashboard's contact sheet)
+    meter: Meter = field(default_factory=Meter)  # its modeled bill, request by request
     closed: bool = False
     name: str | None = None
 

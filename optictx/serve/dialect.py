@@ -53,6 +53,22 @@ class Dialect(Protocol):
         ...
 
 
+# Fields a client moves between requests without changing what a message says: a memory's turns
+# (and so a conversation's identity) leave them out; what is sent upstream keeps them. Claude Code
+# moves its cache breakpoint to the newest block on every request.
+MARKERS = frozenset({"cache_control"})
+
+
+def unmarked(value: Any) -> Any:
+    """`value` (a message's content: a string or a list of blocks, nested in tool results)
+    without MARKERS."""
+    if isinstance(value, list):
+        return [unmarked(v) for v in value]
+    if isinstance(value, dict):
+        return {k: unmarked(v) if k == "content" else v for k, v in value.items() if k not in MARKERS}
+    return value
+
+
 # What goes when not one turn fits the budget (both APIs refuse a request without messages).
 NOTHING_FITS = ("(the conversation does not fit the context budget of {budget} tokens; "
                 "raise it with the X-Optictx-Budget header)")

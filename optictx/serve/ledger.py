@@ -32,6 +32,13 @@ CREATE TABLE IF NOT EXISTS {p}requests (
     status INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, conversation)
 """
+# Columns added since the first schema: ledgers written by an older optictx gain them on open.
+# The bill of each request in base-input tokens (a cache read at 0.1x counts a tenth) and in
+# dollars: optictx's prompt and the conversation as it came, modeled under the provider's cache
+# rules (serve/meter.py), and what the upstream said it billed (NULL: it said nothing).
+_ADDED = ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
+          "passthrough_usd {real}", "billed_usd {real}", "usage TEXT")
+_MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SQLITE = {"p": "", "real": "REAL", "blob": "BLOB", "serial": "INTEGER"}
 _POSTGRES = {"p": "optictx_serve_", "real": "DOUBLE PRECISION", "blob": "BYTEA", "serial": "BIGSERIAL"}
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -52,6 +59,14 @@ class Sent:
     verbatim: bool
     tiers: dict[str, int]
     status: int = 0
+    event: str | None = None  # the plan's: append, verbatim, first, forced, paid (prefix.py)
+    cost: float | None = None  # modeled, base-input tokens: what went upstream
+    passthrough: float | None = None  # modeled: the request as it came
+    billed: float | None = None  # what the upstream reported, priced the same way
+    cost_usd: float | None = None
+    passthrough_usd: float | None = None
+    billed_usd: float | None = None
+    usage: str | None = None  # the upstream's usage, as JSON (meter.Usage)
 
 
 class _SQLite:
@@ -60,6 +75,10 @@ class _SQLite:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.executescript(_SCHEMA.format(**_SQLITE))
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
+        for column in _ADDED:
+            if column.split()[0] not in have:
+                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column.format(**_SQLITE)}")
 
     def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -87,6 +106,9 @@ class _Postgres:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for statement in _SCHEMA.format(**_POSTGRES).split(";"):
                 conn.execute(statement)
+            for column in _ADDED:
+                conn.execute("ALTER TABLE optictx_serve_requests ADD COLUMN IF NOT EXISTS "
+                             + column.format(**_POSTGRES))
 
     def _retried(self, work: Callable[[Any], Any], idempotent: bool) -> Any:
         # A dropped connection is tried again, unless that could count a row twice.
@@ -163,25 +185,32 @@ class Ledger:
 
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
-                  "verbatim, tiers, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
+                  "usage) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   (sent.conversation, sent.tenant, time.time(), sent.api, sent.model, sent.vision, sent.turns,
-                   sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status),
+                   sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status, sent.event,
+                   sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd, sent.billed_usd,
+                   sent.usage),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's conversations, newest request first, with totals."""
+        """The tenant's conversations, newest request first, with totals: tokens, and the bill
+        (modeled both ways, and as the upstream reported it) in base-input tokens and dollars."""
+        money = ", ".join(f"SUM(r.{c})" for c in _MONEY)
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
-            "MAX(r.at) FROM {p}conversations c LEFT JOIN {p}requests r ON r.conversation = c.id "
+            f"MAX(r.at), {money} FROM {{p}}conversations c LEFT JOIN {{p}}requests r ON r.conversation = c.id "
             "WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, c.created DESC", (tenant,))
-        keys = ("id", "name", "created", "requests", "original", "sent", "last")
-        return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), r[6]))) for r in rows]
+        keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY)
+        return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), *r[6:]))) for r in rows]
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
-        rows = self._run("SELECT at, api, model, vision, turns, original, sent, verbatim, tiers, status FROM "
-                         "{p}requests WHERE tenant = ? AND conversation = ? ORDER BY id", (tenant, conversation))
-        keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status")
-        return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8])} for r in rows]
+        keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status", "event",
+                *_MONEY, "usage")
+        rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
+                         "ORDER BY id", (tenant, conversation))
+        return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8]),
+                 "usage": json.loads(r[-1]) if r[-1] else None} for r in rows]
 
     def owner(self, conversation: str) -> str | None:
         row = self._run("SELECT tenant FROM {p}conversations WHERE id = ?", (conversation,))

@@ -9,7 +9,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
 from ..turns import Turn, to_turn
-from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages
+from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 
 
 class OpenAIChat:
@@ -22,6 +22,8 @@ class OpenAIChat:
             # "developer" is the newer name of the system role (OpenAI's o-series docs).
             if isinstance(message, dict) and message.get("role") == "developer":
                 message = {**message, "role": "system"}
+            if isinstance(message, dict) and "content" in message:
+                message = {**message, "content": unmarked(message["content"])}
             try:
                 turns.append(to_turn(message))
             except TurnError as exc:

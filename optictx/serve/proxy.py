@@ -3,10 +3,11 @@ is new, fit the context, write the body that goes upstream."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..context import Context
@@ -16,6 +17,7 @@ from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
 from .ledger import Ledger, Sent
+from .meter import Charge
 from .shelf import shelf_for
 from .vision import vision_for
 
@@ -31,14 +33,37 @@ class Fitted:
     sent: Sent
     context: Context | None  # None: the request went as it came although it does not fit
     fallback: str | None = None  # why it went so
+    charge: Charge | None = None  # its modeled bill, both ways (None: not a conversation's request)
 
 
-def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str) -> tuple[bytes, Context]:
+def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str, *,
+        commit: bool = True) -> tuple[bytes, Context]:
     """The upstream body for `parsed` from a memory holding exactly its turns, and its context.
-    The same for any memory holding those turns with the same settings: the proxy's, or a fresh
-    one (tests/test_serve.py holds the proxy to that)."""
-    ctx = memory.context(budget=budget, vision=vision)
+
+    What goes upstream follows from the conversation's own history of calls (the memory's plan
+    state, `prefix.py`): the last body with the new turns appended, until a compaction. Any
+    memory holding those turns after the same calls sends the same bytes: the proxy's, a reopen
+    of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
+    (token counting) leaves the plan state as it was."""
+    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit)
     return dialect.fitted(parsed, ctx), ctx
+
+
+def overhead(memory: Memory, parsed: Parsed) -> int:
+    """Tokens of what a request carries beside its messages (tool definitions): they go with
+    every request as they came, and take their room from the budget first."""
+    tools = parsed.body.get("tools")
+    return memory.tokenizer.count(json.dumps(tools, ensure_ascii=False)) if isinstance(tools, list) and tools else 0
+
+
+def pin_task(parsed: Parsed) -> Parsed:
+    """The first user message pinned: the task statement stays text in every context."""
+    first = next((i for i, t in enumerate(parsed.turns) if t.role == "user"), None)
+    if first is None or parsed.turns[first].pinned:
+        return parsed
+    turns = list(parsed.turns)
+    turns[first] = turns[first].model_copy(update={"pinned": True})  # a user turn: pinning is valid
+    return replace(parsed, turns=tuple(turns))
 
 
 def tiers_of(ctx: Context) -> dict[str, int]:
@@ -86,12 +111,14 @@ class Proxy:
         that holds exactly these turns is used, else a memory that is thrown away afterwards."""
         name, budget = self.settings(headers)
         tenant = tenant_of(headers)
+        if self.config.pin_task:
+            parsed = pin_task(parsed)
         vision = vision_for(parsed.model, dialect.name, self.config.vision)
         if not keep:
             held = self.conversations.exactly(tenant, name, parsed.turns)
             if held is not None:
                 try:
-                    return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision)
+                    return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision, commit=False)
                 finally:
                     held.lock.release()
             memory = self.memory(None)
@@ -103,22 +130,29 @@ class Proxy:
         try:
             fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision)
             conv.last = fitted.context
-            return fitted
+            sent = fitted.sent
+            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model)
+            return replace(fitted, charge=charge, sent=replace(
+                sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
+                passthrough_usd=charge.passthrough_usd))
         finally:
             conv.lock.release()
 
     def _fitted(self, memory: Memory, conversation: str, tenant: str, dialect: Dialect, parsed: Parsed,
-                budget: int, vision: str) -> Fitted:
-        original = memory.original_tokens(vision)
+                budget: int, vision: str, *, commit: bool = True) -> Fitted:
+        extra = overhead(memory, parsed)
+        original = memory.original_tokens(vision) + extra
         try:
-            body, ctx = fit(memory, dialect, parsed, budget, vision)
+            if budget - extra < 1:
+                raise BudgetError(f"the tool definitions alone take {extra} of the {budget} tokens")
+            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit)
         except BudgetError as exc:  # never worse than no proxy: it goes as it came
             log.warning("conversation %s does not fit %d tokens (%s): sent as it came", conversation, budget, exc)
             record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
                           original, True, {})
             return Fitted(parsed.raw, record, None, "budget")
         record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
-                      ctx.tokens, ctx.verbatim, tiers_of(ctx))
+                      ctx.tokens + extra, ctx.verbatim, tiers_of(ctx), event=ctx.event)
         return Fitted(body, record, ctx)
 
     def close(self) -> None:

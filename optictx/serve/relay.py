@@ -4,13 +4,16 @@ failure in the middle of a stream ends it with the API's own error event."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
+import anyio
 import httpx
 from starlette.responses import Response, StreamingResponse
 
 from .dialect import ApiError, Dialect
+from .meter import StreamUsage, Usage, usage_of
 
 log = logging.getLogger("optictx.serve")
 
@@ -29,6 +32,16 @@ def outgoing(headers: Mapping[str, str]) -> dict[str, str]:
 
 def incoming(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+
+
+Done = Callable[[Usage | None, int], Awaitable[None]]
+
+
+def _usage(api: str, content: bytes) -> Usage | None:
+    try:
+        return usage_of(api, json.loads(content))
+    except (ValueError, RecursionError):
+        return None
 
 
 def _after(data: bytes, mark: bytes) -> int:
@@ -56,8 +69,10 @@ class Upstream:
         return Response(r.content, r.status_code, incoming(r.headers))
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], stream: bool, dialect: Dialect,
-                   extra: Mapping[str, str]) -> Response:
-        """The upstream's answer to `body`, streamed as it arrives when `stream`."""
+                   extra: Mapping[str, str], done: Done | None = None) -> Response:
+        """The upstream's answer to `body`, streamed as it arrives when `stream`. `done` is
+        awaited with the usage the answer reports (None: it reports none) once it is all read:
+        at once for a whole answer, when the stream ends for a stream."""
         send = {**outgoing(headers), "content-type": "application/json"}
         request = self.client.build_request("POST", self.base + path, content=body, headers=send)
         try:
@@ -72,27 +87,36 @@ class Upstream:
                 raise self._unreachable(exc) from exc
             finally:
                 await r.aclose()
+            if done is not None:
+                await done(_usage(dialect.name, content) if r.status_code < 400 else None, r.status_code)
             return Response(content, r.status_code, answer)
-        return StreamingResponse(self._relay(r, dialect), r.status_code, answer)
+        return StreamingResponse(self._relay(r, dialect, done), r.status_code, answer)
 
-    async def _relay(self, r: httpx.Response, dialect: Dialect) -> AsyncIterator[bytes]:
+    async def _relay(self, r: httpx.Response, dialect: Dialect, done: Done | None) -> AsyncIterator[bytes]:
         """Whole events as they arrive: should upstream break off, the half event it left is
         dropped and an error event ends the stream (a client never parses half of one)."""
         tail = b""
+        usage = StreamUsage(dialect.name)
         try:
             async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
                 tail += chunk
                 end = max(_after(tail, b"\n\n"), _after(tail, b"\r\n\r\n"))
                 if end:
+                    usage.feed(tail[:end])
                     yield tail[:end]
                     tail = tail[end:]
             if tail:
+                usage.feed(tail)
                 yield tail
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke: %s", self.base, exc)
             yield dialect.stream_error(f"the upstream stream broke off ({type(exc).__name__}); try again")
         finally:
-            await r.aclose()
+            # A client that leaves cancels this stream: the bookkeeping is shielded from that.
+            with anyio.CancelScope(shield=True):
+                await r.aclose()
+                if done is not None:
+                    await done(usage.usage, r.status_code)
 
     async def close(self) -> None:
         await self.client.aclose()

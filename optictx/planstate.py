@@ -1,0 +1,136 @@
+"""The plan state between calls (`Frozen`): what the append-only planner (`prefix.py`) froze at
+its last compaction and what the last call sent, how a memory keeps it in its store, and the
+turns each call sends as themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .budget import Budget
+from .cost import CostModel
+from .policy import Policy
+from .tiers import Tier
+from .turns import Turn
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """What stays fixed between compactions, and what the last call sent.
+
+    `pages`: the digests of sealed pages 0..m-1 with the tier each is sent at (GONE: dropped);
+    `factsheet`: its texts by place (-1 before the first page, i after page i); `upto`: turns
+    from this id on (other than system and pinned ones) go as themselves; `fixed`: the system
+    and pinned turns' ids; `verbatim`: every turn as itself in order (nothing frozen but that).
+    """
+
+    pages: tuple[tuple[str, Tier], ...] = ()
+    factsheet: tuple[tuple[int, str], ...] = ()
+    upto: int = 0
+    fixed: tuple[int, ...] = ()
+    verbatim: bool = False
+    calls: int = 0  # contexts made so far (the horizon is estimated from it)
+    sent: int = 0  # tokens of the last prompt
+    pieces: int = 0  # pieces of the last prompt
+    compactions: int = 0
+    base: int = 0  # tokens of the prompt right after the last compaction
+    since: int = 0  # calls since the last compaction (that one counted)
+    front: int = 0  # pieces of the frozen front (system, pinned, caption, pages, factsheet)
+    front_key: str = ""  # a digest of their keys
+
+    def to_json(self) -> str:
+        body = {"pages": [[d, t.value] for d, t in self.pages], "factsheet": [list(f) for f in self.factsheet],
+                "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
+                "sent": self.sent, "pieces": self.pieces, "compactions": self.compactions, "base": self.base,
+                "since": self.since, "front": self.front, "front_key": self.front_key}
+        return json.dumps(body, ensure_ascii=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Frozen | None:
+        """A stored state, or None when it is damaged (the next call compacts: never trusted)."""
+        try:
+            b = json.loads(text)
+            return cls(tuple((str(d), Tier(t)) for d, t in b["pages"]),
+                       tuple((int(p), str(s)) for p, s in b["factsheet"]), int(b["upto"]),
+                       tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
+                       int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
+                       str(b["front_key"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
+    """The name a memory stores the state of one (budget, consumer, policy) under: a context
+    planned under another policy (`mem.factsheet = None`) starts from a compaction of its own."""
+    shape = re.sub(r" at 0x[0-9a-f]+", "", repr(policy))  # a function's address changes per process
+    return f"plan1:{budget.limit}:{cost.name}:{hashlib.sha256(shape.encode()).hexdigest()[:12]}"
+
+
+def tail_turns(turns: Sequence[Turn], upto: int, fixed: set[int]) -> list[Turn]:
+    """Turns from id `upto` on, other than the system and pinned ones."""
+    return [t for t in turns if t.id is not None and t.id >= upto and t.id not in fixed]
+
+
+
+class PlanStates:
+    """The frozen state per (budget, consumer) of one memory, kept in its store's derived cache
+    beside the gate's floors, so a reopen or another replica continues the same prefix. Read from
+    the store on every use (another replica may have moved it on); a damaged row is a compaction,
+    never trusted."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._states: dict[str, Frozen] = {}
+
+    def get(self, key: str) -> Frozen | None:
+        stored = self._store.load_floors(key).get("state")
+        if stored is not None:
+            state = Frozen.from_json(stored)
+            if state is not None:
+                self._states[key] = state
+                return state
+        return self._states.get(key)
+
+    def put(self, key: str, state: Frozen) -> None:
+        if self._states.get(key) == state:
+            return
+        self._states[key] = state
+        if len(self._states) > 8:  # a few budgets in use at once, not every one ever asked
+            del self._states[next(iter(self._states))]
+        self._store.save_floors(key, {"state": state.to_json()})
+
+    def values(self) -> list[Frozen]:
+        return list(self._states.values())
+
+
+class Tail:
+    """Turns from some id on, kept in RAM once read: each call sends the turns after the frozen
+    front as themselves, and reading them from the store on every call would read them again.
+    Only turns the memory has taken in (`note`): other writers' newer ones wait for its sync."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._from: int | None = None  # the id of self._turns[0]; None: nothing kept
+        self._turns: list[Turn] = []
+        self._last = -1  # the last turn the memory took in
+
+    def note(self, turn: Turn) -> None:
+        self._last = turn.id  # type: ignore[assignment]
+        if self._from is not None:
+            self._turns.append(turn)
+
+    def since(self, upto: int) -> list[Turn]:
+        if self._from is None or upto < self._from:
+            self._turns = [t for t in self._store.since(upto - 1) if t.id <= self._last]  # type: ignore[operator]
+            self._from = upto
+        return self._turns[upto - self._from:]
+
+    def keep_from(self, upto: int) -> None:
+        """Forget the turns before `upto` (no state sends them as themselves any more)."""
+        if self._from is not None and upto > self._from:
+            del self._turns[: upto - self._from]
+            self._from = upto

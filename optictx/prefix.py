@@ -1,0 +1,275 @@
+"""Append-only planning across calls: the prompt of each call is the last one with the new turns
+appended, until a compaction.
+
+A provider bills a repeated prompt prefix at a fraction of its price (`promptcache.py`), and a
+local model reuses its KV for it, so a plan that changes the front of the prompt on every call
+costs more than the tokens it saves. Here the pages, their tiers and the factsheet are frozen at
+a compaction (`Frozen`); every later call sends the same front and the turns since then as
+themselves. A compaction is an explicit, priced event (`Planned.event`), decided by `next_plan`:
+
+- forced: the appended prompt would exceed the hard budget or the images cap, or the system and
+  pinned turns changed. It plans to the budget less `Policy.headroom`, so the next one is far.
+- paid: what it saves on every later prompt, read from the cache at the provider's price over
+  the calls still to come (estimated as `Policy.horizon` times the calls so far), exceeds what
+  writing the changed part again costs now beyond appending.
+
+A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
+pages are frozen at their tiers, every turn after them goes as itself, never as drawn lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Literal
+
+from .budget import Budget
+from .context import CAPTION, Context, Piece
+from .cost import CostModel
+from .errors import BudgetError
+from .packer import PackView, Page
+from .plan import Plan, Snapshot, as_it_came, plan, safe_cuts
+from .planstate import Frozen
+from .policy import Policy
+from .promptcache import CachePricing, get_cache_pricing, pricing_for
+from .schedule import AgeLadder, page_costs
+from .tiers import Tier
+
+Event = Literal["append", "verbatim", "first", "forced", "paid"]
+
+
+# What planning reads of a memory: the stateless snapshot, and a snapshot whose recent turns are
+# every turn (but system and pinned ones) from an id on.
+Snap = Callable[[], Snapshot]
+Since = Callable[[int], Snapshot]
+Build = Callable[[Snapshot, Plan], Context]
+
+
+def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budget: Budget, cost: CostModel,
+              policy: Policy) -> tuple[Context, Frozen, Event]:
+    """This call's context and the state after it: the last prompt with the new turns appended,
+    unless a compaction is forced or pays (module docstring). Raises BudgetError when even the
+    system and pinned turns do not fit."""
+    pricing = get_cache_pricing(policy.pricing) if policy.pricing is not None else pricing_for(cost.name)
+    base = snap()
+    compacting = for_compaction(policy, pricing)
+    ceiling = base.original_tokens(cost) if policy.verbatim else None  # what the conversation costs as it came
+    fixed = tuple(t.id for t in (*base.system, *base.pinned))  # type: ignore[misc]
+    append = _append(state, base, tail, build, budget, cost, policy, fixed, ceiling)
+    if append is not None and state is not None:
+        ctx, frozen = append
+        if frozen.fixed != state.fixed:  # a new system or pinned turn: the front moves anyway
+            return _done(append, state, state.compactions + 1, "forced")
+        cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
+        if cand is not None and _pays(pricing, policy, state, ctx, cand[0], budget.limit):
+            return _done(cand, state, state.compactions + 1, "paid")
+        return _done((ctx, replace(frozen, base=state.base, since=state.since)), state, state.compactions, "append")
+    if append is not None:  # the first call, and the conversation fits as it came
+        return _done(append, None, 0, "verbatim")
+    first = state is None
+    cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=first)
+    if cand is None:  # not even a compaction fits its own cut: plan as before, nothing frozen
+        cand = build(base, plan(base, budget, cost, policy)), Frozen(upto=-1)
+    return _done(cand, state, (state.compactions + 1) if state else 1, "first" if first else "forced")
+
+
+def for_compaction(policy: Policy, pricing: CachePricing) -> Policy:
+    """The policy a compaction plans with. Where the bill is the provider's (not a local
+    prefill), an `AgeLadder` sends every sealed page at its oldest tier: a page's tier then never
+    changes between compactions, so the next one appends its new pages after the old ones, and
+    only what follows them is written to the cache again. Fading by age would rewrite the prompt
+    from the first page it fades, at the cache-write price, at every compaction."""
+    ladder = policy.ladder
+    flat = pricing.mode != "prefill" and isinstance(ladder, AgeLadder)
+    return replace(policy, verbatim=False,
+                   ladder=replace(ladder, steps=(), hold=1) if flat else ladder)  # type: ignore[type-var]
+
+
+def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, event: Event
+          ) -> tuple[Context, Frozen, Event]:
+    """The context marked with its event and breakpoints, and the state after it."""
+    ctx, frozen = made
+    fresh = event not in ("append", "verbatim")
+    keys = [p.key for p in ctx.pieces]
+    fixed = next((i for i, p in enumerate(ctx.pieces) if p.kind not in ("system", "pinned")), len(keys))
+    # The front's mark goes after its last page, not after the factsheet lines that follow it: a
+    # turn that goes on past that page moves its line after a later page at the next compaction.
+    pages = [i for i, p in enumerate(ctx.pieces) if p.kind == "page"]
+    front = fixed if frozen.verbatim or not pages else pages[-1] + 1
+    marks = {fixed, front, len(keys)}
+    if old is not None and fresh and 0 < old.front < front and _digest(keys[: old.front]) == old.front_key:
+        marks.add(old.front)  # the last front is still a prefix: a breakpoint there reads it back
+    state = replace(frozen, calls=(old.calls if old else 0) + 1, sent=ctx.tokens, pieces=len(keys),
+                    compactions=compactions, base=ctx.tokens if fresh else frozen.base,
+                    since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]))
+    return ctx.marked(event, tuple(sorted(m for m in marks if m > 0))), state, event
+
+
+def _digest(keys: Sequence[str]) -> str:
+    return hashlib.sha256("\0".join(keys).encode()).hexdigest()[:24]
+
+
+def _pays(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int) -> bool:
+    """Whether compacting now beats appending over the calls to come (in base-input tokens).
+
+    The calls to come are `policy.horizon` times the calls so far, but no more than the calls
+    until appending reaches the budget (at the growth per call since the last compaction): a
+    compaction is forced there anyway, and what this one saves ends with it."""
+    read, write = pricing.read, pricing.write
+    kept = min(state.pieces, len(append.pieces))
+    cost_append = read * state.sent + write * max(0, append.tokens - state.sent)
+    common = piece_tokens(cand, common_pieces(cand.pieces, append.pieces[:kept]))
+    cost_cand = read * common + write * (cand.tokens - common)
+    ahead = policy.horizon * max(1, state.calls)
+    growth = (append.tokens - state.base) / max(1, state.since)
+    if growth > 0:
+        ahead = min(ahead, (limit - append.tokens) / growth)
+    return pricing.rewrite_pays(append.tokens - cand.tokens, cost_cand - cost_append, ahead)
+
+
+def common_pieces(a: Sequence[Piece], b: Sequence[Piece]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x.key != y.key), min(len(a), len(b)))
+
+
+def piece_tokens(ctx: Context, n: int) -> int:
+    """Tokens of the first `n` pieces."""
+    return sum(tokens_per_piece(ctx)[:n])
+
+
+def tokens_per_piece(ctx: Context) -> list[int]:
+    """Each piece's tokens: a segment cut into several pieces (factsheet lines, the open page's
+    turns) shares its tokens by characters."""
+    by_segment: dict[int, list[int]] = {}
+    for i, p in enumerate(ctx.pieces):
+        by_segment.setdefault(p.segment, []).append(i)
+    out = [0] * len(ctx.pieces)
+    for seg, members in by_segment.items():
+        tokens = ctx.segments[seg].tokens
+        if len(members) == 1:
+            out[members[0]] = tokens
+            continue
+        chars = [len(ctx.pieces[i].prompt) for i in members]
+        total, given, seen = sum(chars) or 1, 0, 0
+        for i, c in zip(members, chars):
+            seen += c
+            share = tokens * seen // total - given
+            out[i], given = share, given + share
+    return out
+
+
+# -- appending ---------------------------------------------------------------------------------
+
+def _append(state: Frozen | None, base: Snapshot, tail: Since, build: Build, budget: Budget, cost: CostModel,
+            policy: Policy, fixed: tuple[int, ...], ceiling: int | None) -> tuple[Context, Frozen] | None:
+    """The last prompt with the new turns appended, if it is still valid and fits; with no state,
+    the conversation as it came if it fits (the first call)."""
+    image_cap = policy.limits.image_cap(cost.max_images)
+    if state is None or state.verbatim:
+        if not policy.verbatim:
+            return None
+        whole = as_it_came(base, ceiling, budget.limit, image_cap) if ceiling is not None else None
+        if whole is None:
+            return None
+        return build(base, whole), Frozen(verbatim=True, fixed=fixed)
+    if state.fixed != fixed or state.upto < 0:  # upto < 0: nothing was frozen (planned afresh)
+        return None
+    made = frozen_plan(state, tail(state.upto), cost)
+    if made is None:
+        return None
+    snap, fplan = made
+    if safe_cuts(snap.recent)[0] != 0:  # a new tool result whose call was never made
+        return None
+    limit = budget.limit if ceiling is None else min(budget.limit, ceiling)
+    if fplan.tokens + _factsheet_tokens(snap, fplan) > limit or (
+            image_cap is not None and _images(snap, fplan) > image_cap):
+        return None
+    return build(snap, fplan), state
+
+
+def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapshot, Plan] | None:
+    """The plan a frozen state gives on a snapshot whose recent turns are those since
+    `state.upto`; None when its pages are not this memory's sealed pages (other settings)."""
+    sealed = snap.pack.sealed
+    if len(state.pages) > len(sealed) or any(p.digest != d for p, (d, _) in zip(sealed, state.pages)):
+        return None
+    pages = list(sealed[: len(state.pages)])
+    tiers = [t for _, t in state.pages]
+    costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost)
+    other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.recent))
+    caption = snap.count(CAPTION)
+    return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False)
+
+
+def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:
+    return sum(snap.count(text) for text in p.factsheet.values())
+
+
+def _images(snap: Snapshot, p: Plan) -> int:
+    return sum(1 for t in p.sent if t.is_image) + snap.image_count([*snap.system, *snap.pinned, *snap.recent])
+
+
+# -- compacting --------------------------------------------------------------------------------
+
+def _compact(base: Snapshot, tail: Since, build: Build, budget: Budget, cost: CostModel, policy: Policy,
+             fixed: tuple[int, ...], ceiling: int | None, *, first: bool) -> tuple[Context, Frozen] | None:
+    """A compaction: the stateless plan at the budget (less the headroom, after the first call),
+    cut at its last imaged sealed page; tried at smaller targets while its cut does not fit.
+    None when none fits (BudgetError when not even the fixed turns do)."""
+    limit = budget.limit if ceiling is None else min(budget.limit, ceiling)  # never costlier than as it came
+    target = limit if first else max(1, int(limit * (1 - policy.headroom)))
+    image_cap = policy.limits.image_cap(cost.max_images)
+    for _ in range(4):
+        try:
+            stateless = plan(base, Budget(tokens=target), cost, policy)
+        except BudgetError:
+            return None  # a smaller target than the fixed turns need: the caller plans at the budget
+        frozen = _freeze(stateless, base.pack, tail, fixed)
+        made = frozen_plan(frozen, tail(frozen.upto), cost) if frozen is not None else None
+        if made is None:
+            return None
+        snap, fplan = made
+        tokens = fplan.tokens + _factsheet_tokens(snap, fplan)
+        over = tokens - limit
+        if over <= 0 and (image_cap is None or _images(snap, fplan) <= image_cap):
+            return build(snap, fplan), frozen
+        target = max(1, target - max(over, limit // 8))
+        if target <= 1:
+            break
+    return None
+
+
+def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]) -> Frozen | None:
+    """The stateless plan's sealed pages up to its last one not sent as text, at their tiers, and
+    the first turn that is not wholly on them (moved back so no tool result loses its call)."""
+    sealed = len(pack.sealed)
+    sent = stateless.sent[:sealed]
+    m = 1 + max((i for i, t in enumerate(sent) if t is not Tier.TEXT), default=-1)
+    pages = pack.sealed[:m]
+    upto = _safe_start(_first_after(pages, pack) if m else 0, tail)
+    if upto is None:
+        return None
+    factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < m))
+    return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed)
+
+
+def _first_after(pages: Sequence[Page], pack: PackView) -> int:
+    """The first turn id not wholly on `pages` (the first sealed pages of `pack`)."""
+    last = pages[-1].entries[-1].turn_id
+    rest = pack.sealed[len(pages):]
+    following = rest[0].entries[0] if rest else (pack.open_entries[0] if pack.open_entries else None)
+    return last if following is not None and following.turn_id == last else last + 1
+
+
+def _safe_start(upto: int, tail: Since) -> int | None:
+    """`upto`, or an earlier turn id, so that no tool result from it on lacks its call; None
+    when there is none (a tool result answers a call never made: such a conversation is
+    planned afresh, where that result goes on a page)."""
+    window = list(tail(max(0, upto - 64)).recent)
+    cuts = safe_cuts(window)
+    ids = [t.id for t in window]
+    at = next((i for i, tid in enumerate(ids) if tid is not None and tid >= upto), len(ids))
+    ok = [c for c in cuts if c <= at]
+    if not ok:
+        return None
+    return ids[max(ok)] if max(ok) < len(ids) else upto  # type: ignore[return-value]

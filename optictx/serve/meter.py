@@ -1,0 +1,134 @@
+"""The bill of each request, both ways, in base-input tokens (a cache read at 0.1x counts a tenth
+of an uncached token) and in dollars: what optictx sends, priced by the provider's cache rules
+(`promptcache.py`), beside what sending the conversation as it came would cost under the same
+rules; and what the upstream says it billed (`Usage`, from its answer, streamed or not)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..context import Context
+from ..prefix import common_pieces, tokens_per_piece
+from ..promptcache import Bill, CachePricing, dollars, pricing_for
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One request's modeled input cost: optictx's prompt and the conversation as it came."""
+
+    optictx: float
+    passthrough: float
+    optictx_usd: float | None = None
+    passthrough_usd: float | None = None
+
+    def header(self) -> str:
+        usd = (f"; usd {self.optictx_usd:.6f}/{self.passthrough_usd:.6f}"
+               if self.optictx_usd is not None and self.passthrough_usd is not None else "")
+        return f"{self.optictx:.0f}/{self.passthrough:.0f}{usd}"
+
+
+class Meter:
+    """One conversation's running model of the provider's cache: the last prompt optictx sent and
+    the size of the conversation as it came at the last request. Requests are taken to come
+    within the cache's lifetime, with the client marking its newest block (as Claude Code does):
+    a prefix sent before is read, the rest written."""
+
+    def __init__(self) -> None:
+        self._last: Context | None = None
+        self._original = 0
+
+    def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str) -> Charge:
+        pricing = pricing_for(vision)
+        r, w = pricing.read, pricing.write
+        grown = max(0, original - self._original)
+        passthrough = r * min(self._original, original) + w * grown
+        if ctx is None or ctx.verbatim:  # it went as it came
+            ours = passthrough if ctx is None or self._last is None or self._last.verbatim else w * sent
+        else:
+            per = tokens_per_piece(ctx)
+            common = sum(per[: common_pieces(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
+            ours = r * common + w * (sum(per) - common)
+        self._last, self._original = ctx, original
+        return Charge(ours, passthrough, _usd(ours, model, pricing), _usd(passthrough, model, pricing))
+
+
+def _usd(cost: float, model: str, pricing: CachePricing) -> float | None:
+    """`cost` base-input tokens in dollars (an uncached token's price times the cost)."""
+    per = dollars(Bill(1_000_000, 0, 0, 1_000_000), model, pricing)
+    return None if per is None else per * cost / 1_000_000
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the upstream billed for one request's input and output, from its answer."""
+
+    input: int = 0  # uncached input (Anthropic: after the last breakpoint)
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+
+    def cost(self, pricing: CachePricing) -> float:
+        return self.input + pricing.read * self.cache_read + pricing.write * self.cache_write
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def usage_record(usage: Usage | None, vision: str, model: str) -> dict[str, Any]:
+    """The ledger's fields for what the upstream billed (none when it reported nothing)."""
+    if usage is None:
+        return {}
+    pricing = pricing_for(vision)
+    billed = usage.cost(pricing)
+    bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed)
+    return {"usage": usage.to_json(), "billed": billed, "billed_usd": dollars(bill, model, pricing)}
+
+
+def usage_of(api: str, body: Any) -> Usage | None:
+    """The usage in an answer's JSON (a whole answer, or one stream event's data), or None."""
+    if not isinstance(body, dict):
+        return None
+    u = body.get("usage")
+    if u is None and api == "anthropic":  # message_start holds it in its message
+        u = (body.get("message") or {}).get("usage")
+    if not isinstance(u, dict):
+        return None
+    n = lambda k: u.get(k) if isinstance(u.get(k), int) else 0  # noqa: E731
+    if api == "anthropic":
+        return Usage(n("input_tokens"), n("cache_read_input_tokens"), n("cache_creation_input_tokens"),
+                     n("output_tokens"))
+    details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    cached = cached if isinstance(cached, int) else 0
+    prompt = n("prompt_tokens") or n("input_tokens")
+    return Usage(max(0, prompt - cached), cached, 0, n("completion_tokens") or n("output_tokens"))
+
+
+class StreamUsage:
+    """Usage gathered from a stream's events: Anthropic sends it in `message_start` and updates
+    it in `message_delta`; OpenAI in a last chunk (with `stream_options.include_usage`)."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.usage: Usage | None = None
+
+    def feed(self, events: bytes) -> None:
+        if b'"usage"' not in events:
+            return
+        for line in events.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                found = usage_of(self.api, json.loads(line[5:]))
+            except ValueError:
+                continue
+            if found is not None:
+                self.usage = found if self.usage is None else _merged(self.usage, found)
+
+
+def _merged(old: Usage, new: Usage) -> Usage:
+    """A later event's counts over an earlier one's, where it gives them (message_delta may give
+    only output_tokens)."""
+    return Usage(*(b or a for a, b in zip(asdict(old).values(), asdict(new).values())))

@@ -1,0 +1,190 @@
+"""Append-only planning: between compactions the prompt only grows at its end (pieces, both
+exporters), compactions happen only where the rule says, the budget holds, and the plan state
+persists with the memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import conversations
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optictx import COST_MODELS, Budget, Memory
+from optictx.export import to_anthropic, to_openai
+from optictx.prefix import common_pieces, piece_tokens, tokens_per_piece
+from optictx.promptcache import Block, PromptCache, Request
+
+APPENDED = ("append", "verbatim")
+
+
+def _blocks(ctx) -> list[str]:
+    """The Anthropic request's blocks in cache order, each as JSON (a merged message's blocks
+    count one by one: the cache sees blocks, not messages)."""
+    system, messages = to_anthropic(ctx)
+    out = [json.dumps(system)] if system else []
+    for m in messages:
+        out += [json.dumps([m["role"], b], sort_keys=True) for b in m["content"]]
+    return out
+
+
+def _calls(msgs, mem, budget=None, vision=None):
+    """Add the messages one by one; after every user, tool or assistant turn, a context."""
+    out = []
+    for m in msgs:
+        mem.add(m)
+        out.append((len(mem), mem.context(budget=budget, vision=vision)))
+    return out
+
+
+def _assert_appended(prev, ctx):
+    keys, before = [p.key for p in ctx.pieces], [p.key for p in prev.pieces]
+    assert keys[: len(before)] == before
+    old, new = _blocks(prev), _blocks(ctx)
+    if not old:
+        return
+    # The newest message of the last call may take more blocks (roles merge), never other ones.
+    assert new[: len(old) - 1] == old[:-1] and new[len(old) - 1].startswith(old[-1][: old[-1].find(",") + 1])
+    a, b = to_openai(prev), to_openai(ctx)
+    assert b[: len(a)] == a
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(msgs=conversations(max_events=40), limit=st.sampled_from([600, 1500, 4000, 30_000]),
+       vision=st.sampled_from(sorted(COST_MODELS)), keep=st.integers(0, 4))
+def test_between_compactions_the_prompt_is_a_prefix_of_the_next(msgs, limit, vision, keep):
+    mem = Memory(budget=Budget(tokens=limit), keep_recent=keep, vision=vision, tokens_per_page=200)
+    prev = None
+    for m in msgs:
+        mem.add(m)
+        try:
+            ctx = mem.context()
+        except Exception as exc:  # only a budget the fixed turns do not fit
+            assert type(exc).__name__ == "BudgetError"
+            prev = None
+            continue
+        assert ctx.tokens <= limit
+        if prev is not None and ctx.event in APPENDED and prev.event is not None:
+            _assert_appended(prev, ctx)
+        prev = ctx
+
+
+def test_a_compaction_is_forced_only_when_appending_would_not_fit(sample):
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="deepseek-ocr")
+    prev, seen = None, set()
+    for m in sample[:300]:
+        before = len(mem)
+        mem.add(m)
+        ctx = mem.context()
+        seen.add(ctx.event)
+        if prev is not None and ctx.event == "forced":
+            new = sum(mem._native[i] for i in range(before, len(mem)))  # the turns since the last call
+            assert prev.tokens + new > 6000 - 200  # (a new turn may also seal a page the tail shows)
+        prev = ctx
+    assert seen >= {"verbatim", "append", "forced"}
+
+
+def test_a_local_model_compacts_only_when_it_prefills_no_more_than_appending(sample):
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="unlimited-ocr")
+    prev = None
+    for m in sample[:300]:
+        before = len(mem)
+        mem.add(m)
+        ctx = mem.context()
+        if prev is not None and ctx.event == "paid":
+            prefill = ctx.tokens - piece_tokens(ctx, common_pieces(ctx.pieces, prev.pieces))
+            assert prefill <= sum(mem._native[i] for i in range(before, len(mem))) + 50
+        prev = ctx
+
+
+def test_compactions_are_rare_and_leave_headroom(sample):
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="deepseek-ocr")
+    events = [ctx.event for _, ctx in _calls(sample[:400], mem)]
+    forced = events.count("forced")
+    assert forced <= len(events) // 15, events  # the old planner moved the front on most calls
+    ctx = mem.context()
+    assert ctx.tokens <= 6000
+
+
+def _price(contexts, pricing):
+    """The contexts' prompts priced one after another, a block per piece, with a breakpoint at
+    each of the context's breakpoints (as the exporters mark them)."""
+    cache = PromptCache(pricing)
+    total = 0.0
+    for at, ctx in enumerate(contexts):
+        ends = {b - 1 for b in ctx.breakpoints} if ctx.event is not None else {len(ctx.pieces) - 1}
+        tokens = tokens_per_piece(ctx)
+        blocks = tuple(Block(p.key, n, i in ends) for i, (p, n) in enumerate(zip(ctx.pieces, tokens)))
+        total += cache.bill(Request(blocks, at * 60.0)).cost
+    return total
+
+
+@pytest.mark.parametrize("vision,pricing", [("anthropic", "anthropic"), ("openai:gpt-4o", "openai:gpt-4o"),
+                                            ("openai:gpt-4.1", "openai:gpt-4.1")])
+def test_an_agent_loop_costs_no_more_than_the_conversation_as_it_came(sample, vision, pricing):
+    """At the defaults (a budget everything fits), priced by the provider's cache rules."""
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision)
+    plain = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision, cache=False)
+    ours, theirs = [], []
+    for m in sample:
+        mem.add(m)
+        plain.add(m)
+        if m["role"] == "assistant":
+            continue  # a call is made before each assistant turn
+        ours.append(mem.context())
+        theirs.append(plain.context())
+    assert all(c.verbatim for c in theirs)  # it all fits: pass-through
+    events = {c.event for c in ours}
+    assert "paid" in events
+    assert _price(ours, pricing) < _price(theirs, pricing)
+
+
+def test_the_plan_state_survives_a_reopen(sample, backend):
+    spec = backend.spec()
+    one = Memory(budget=Budget(tokens=5000), keep_recent=4, store=spec)
+    ref = Memory(budget=Budget(tokens=5000), keep_recent=4)
+    for m in sample[:150]:
+        one.add(m)
+        ref.add(m)
+        a, b = one.context(), ref.context()
+        assert [p.key for p in a.pieces] == [p.key for p in b.pieces]
+    one.close()
+    again = Memory.open(spec)
+    for m in sample[150:220]:
+        again.add(m)
+        ref.add(m)
+        a, b = again.context(), ref.context()
+        assert (a.event, [p.key for p in a.pieces]) == (b.event, [p.key for p in b.pieces])
+    again.close()
+
+
+def test_a_damaged_plan_state_is_a_compaction_never_trusted(sample, tmp_path):
+    spec = tmp_path / "m.db"
+    mem = Memory(budget=Budget(tokens=5000), keep_recent=4, store=spec)
+    for m in sample[:120]:
+        mem.add(m)
+        mem.context()
+    mem.close()
+    import sqlite3
+
+    db = sqlite3.connect(spec)
+    db.execute("UPDATE floors SET body = 'garbage' WHERE gate LIKE 'plan%'")
+    db.commit()
+    db.close()
+    again = Memory.open(spec)
+    again.add(sample[120])
+    assert again.context().event in ("first", "forced", "verbatim")
+
+
+def test_a_dry_run_leaves_the_state_alone(sample):
+    mem = Memory(budget=Budget(tokens=5000), keep_recent=4)
+    for m in sample[:100]:
+        mem.add(m)
+        mem.context()
+    before = [p.key for p in mem.context().pieces]
+    mem.add(sample[100])
+    dry = mem.context(commit=False)
+    real = mem.context()
+    assert [p.key for p in dry.pieces] == [p.key for p in real.pieces]
+    assert [p.key for p in real.pieces][: len(before)] == before or real.event not in APPENDED

@@ -1,0 +1,168 @@
+"""The proxy speaks the bill: one Claude Code session is one memory however its cache marks move,
+tools and system count, the upstream's usage is recorded (streamed and not), the task survives a
+tight budget, and each answer says its modeled cost beside the conversation's as it came."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import needs
+
+pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
+
+from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.conversations import tenant_of  # noqa: E402
+
+from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+EPHEMERAL = {"type": "ephemeral"}
+
+
+@pytest.fixture()
+def upstream():
+    state, server = start_upstream()
+    yield state
+    stop_upstream(server)
+
+
+def _proxy(upstream, **kw):
+    return Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url, **kw))
+
+
+@pytest.fixture()
+def proxy(upstream):
+    p = _proxy(upstream, budget=6000, keep_recent=4)
+    yield p
+    p.stop()
+
+
+def _calls(sample, first, count):
+    """Request sizes as an agent makes them: each request ends where an assistant turn follows."""
+    return [n for n in range(first, len(sample))
+            if sample[n]["role"] == "assistant" and sample[n - 1]["role"] != "assistant"][:count]
+
+
+def _anthropic_history(sample, n):
+    """The sample's first n messages as Claude Code sends them: the newest block marked."""
+    system = sample[0]["content"]
+    messages = []
+    for m in sample[1:n]:
+        if m["role"] == "tool":
+            role, blocks = "user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]
+        else:
+            role = m["role"]
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                        "input": json.loads(c["function"]["arguments"] or "{}")} for c in m.get("tool_calls", [])]
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"] += blocks
+        else:
+            messages.append({"role": role, "content": blocks})
+    last = messages[-1]["content"]
+    last[-1] = {**last[-1], "cache_control": EPHEMERAL}
+    return [{"type": "text", "text": system, "cache_control": EPHEMERAL}], messages
+
+
+def test_a_moving_cache_control_keeps_one_conversation(proxy, upstream, sample):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="key-a", max_retries=0)
+    events = []
+    for n in _calls(sample, 60, 10):
+        system, messages = _anthropic_history(sample, n)
+        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
+                                                       messages=messages)
+        events.append(raw.headers["x-optictx-event"])
+        body = upstream.last("/v1/messages").body
+        marks = [b for b in [*body["system"], *(b for m in body["messages"] for b in m["content"])]
+                 if "cache_control" in b]
+        assert len(marks) <= 4
+    conversations = proxy.proxy.ledger.conversations(tenant_of({"x-api-key": "key-a"}))
+    assert [c["requests"] for c in conversations] == [10]  # one memory, never forked
+    assert events.count("append") >= 5, events
+
+
+def test_tools_and_the_system_prompt_count_in_the_figures_and_the_budget(proxy, upstream, sample):
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 40,
+                                               "parameters": {"type": "object", "properties": {}}}}
+             for i in range(12)]
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="key-a", max_retries=0)
+    bare = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:6])
+    withtools = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:6], tools=tools,
+                                                                 extra_headers={"x-optictx-conversation": "t"})
+    sent0, original0 = map(int, bare.headers["x-optictx-tokens"].split("/"))
+    sent1, original1 = map(int, withtools.headers["x-optictx-tokens"].split("/"))
+    assert original1 - original0 > 12 * 40 and sent1 - sent0 == original1 - original0
+    # Tools larger than the budget: the request goes as it came, and says so.
+    tight = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=sample[:6], tools=tools, extra_headers={"x-optictx-budget": "300"})
+    assert tight.headers["x-optictx-fallback"] == "budget"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_upstreams_usage_is_recorded_with_its_bill(proxy, upstream, sample, stream):
+    a = anthropic.Anthropic(base_url=proxy.url, api_key="key-u", max_retries=0)
+    o = openai.OpenAI(base_url=proxy.url + "/v1", api_key="key-u", max_retries=0)
+    system, messages = _anthropic_history(sample, _calls(sample, 40, 1)[0])
+    if stream:
+        with a.messages.stream(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=messages) as s:
+            "".join(s.text_stream)
+        for _ in o.chat.completions.create(model="gpt-4o", messages=sample[:30], stream=True,
+                                           stream_options={"include_usage": True}):
+            pass
+    else:
+        a.messages.create(model="claude-sonnet-4-5", max_tokens=50, system=system, messages=messages)
+        o.chat.completions.create(model="gpt-4o", messages=sample[:30])
+    ledger = proxy.proxy.ledger
+    tenant = tenant_of({"x-api-key": "key-u"})
+    for _ in range(100):  # a stream's row is written once it has ended, just after the client read it
+        rows = {r["api"]: r for c in ledger.conversations(tenant) for r in ledger.requests(tenant, c["id"])}
+        if len(rows) == 2:
+            break
+        time.sleep(0.05)
+    assert rows["anthropic"]["usage"] == {"input": 7, "cache_read": 2000, "cache_write": 300, "output": 11}
+    assert rows["anthropic"]["billed"] == pytest.approx(7 + 0.1 * 2000 + 1.25 * 300)
+    assert rows["openai"]["usage"] == {"input": 180, "cache_read": 1920, "cache_write": 0, "output": 11}
+    assert rows["openai"]["billed"] == pytest.approx(180 + 0.5 * 1920)  # gpt-4o reads at half price
+    for r in rows.values():
+        assert r["cost"] is not None and r["passthrough"] is not None and r["event"]
+    if _has_prices():
+        assert rows["anthropic"]["billed_usd"] > 0 and rows["anthropic"]["cost_usd"] > 0
+
+
+def _has_prices() -> bool:
+    try:
+        import genai_prices  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_task_survives_a_tight_budget(upstream, sample):
+    task = "TASK-7731: make the invoice totals exact to the cent and keep the API unchanged."
+    history = [sample[0], {"role": "user", "content": task}, *sample[2:200]]
+    for pin, survives in ((True, True), (False, False)):
+        p = _proxy(upstream, budget=2500, keep_recent=2, pin_task=pin)
+        try:
+            client = openai.OpenAI(base_url=p.url + "/v1", api_key=f"key-{pin}", max_retries=0)
+            client.chat.completions.create(model="deepseek-ocr", messages=history)
+            sent = upstream.last("/v1/chat/completions").body["messages"]
+            assert any(m.get("content") == task for m in sent) is survives
+        finally:
+            p.stop()
+
+
+def test_each_answer_says_its_modeled_cost_beside_the_conversation_as_it_came(proxy, upstream, sample):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="key-c", max_retries=0)
+    costs = []
+    for n in _calls(sample, 30, 3):
+        system, messages = _anthropic_history(sample, n)
+        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
+                                                       messages=messages)
+        ours, theirs = raw.headers["x-optictx-cost"].split(";")[0].split("/")
+        costs.append((float(ours), float(theirs)))
+    # Sent as it came (it fits), the bill is the conversation's as it came, cache reads counted.
+    assert all(a == pytest.approx(b) for a, b in costs)
+    assert costs[1][1] < costs[0][1]  # the second request reads the first from the cache
