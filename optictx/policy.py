@@ -65,7 +65,7 @@ class Policy:
     verbatim: bool = True
     cache: bool = True
     headroom: float = 0.3
-    horizon: float = 1.0
+    horizon: float = 0.25
     pricing: str | CachePricing | None = None
 
     def __post_init__(self) -> None:

@@ -116,16 +116,15 @@ def _pays(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     The calls to come are `policy.horizon` times the calls so far, but no more than the calls
     until appending reaches the budget (at the growth per call since the last compaction): a
     compaction is forced there anyway, and what this one saves ends with it."""
-    read, write = pricing.read, pricing.write
     kept = min(state.pieces, len(append.pieces))
-    cost_append = read * state.sent + write * max(0, append.tokens - state.sent)
-    common = piece_tokens(cand, common_pieces(cand.pieces, append.pieces[:kept]))
-    cost_cand = read * common + write * (cand.tokens - common)
+    cost_append = pricing.call(append.tokens, min(state.sent, append.tokens))
+    cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_pieces(cand.pieces, append.pieces[:kept])))
     ahead = policy.horizon * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)
     if growth > 0:
         ahead = min(ahead, (limit - append.tokens) / growth)
-    return pricing.rewrite_pays(append.tokens - cand.tokens, cost_cand - cost_append, ahead)
+    saved = pricing.steady(append.tokens) - pricing.steady(cand.tokens)
+    return pricing.rewrite_pays(saved, cost_cand - cost_append, ahead)
 
 
 def common_pieces(a: Sequence[Piece], b: Sequence[Piece]) -> int:

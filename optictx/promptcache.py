@@ -45,10 +45,22 @@ class CachePricing:
     provider: str | None = None  # genai-prices' provider id (None: no money, e.g. a local model)
     source: str = field(default="", repr=False)
 
+    def call(self, tokens: float, common: float) -> float:
+        """A prompt of `tokens` whose first `common` were sent just before: the common part is
+        read and the rest written, where the prompt is long enough to be cached at all."""
+        if tokens < self.min_tokens:
+            return tokens
+        read = common if common >= self.min_tokens else 0
+        return self.read * read + self.write * (tokens - read)
+
+    def steady(self, tokens: float) -> float:
+        """A prompt sent again unchanged (what each later call pays for the part it keeps)."""
+        return self.read * tokens if tokens >= self.min_tokens else tokens
+
     def rewrite_pays(self, saved_per_call: float, extra_now: float, calls_ahead: float) -> bool:
         """Whether a rewrite that costs `extra_now` more this call than appending, and then saves
-        `saved_per_call` tokens of every later prompt, pays back over `calls_ahead` calls."""
-        return saved_per_call > 0 and calls_ahead * self.read * saved_per_call > extra_now
+        `saved_per_call` on every later prompt, pays back over `calls_ahead` calls."""
+        return saved_per_call > 0 and calls_ahead * saved_per_call > extra_now
 
 
 _ANTHROPIC = "platform.claude.com/docs/en/build-with-claude/prompt-caching (read 2026-12-05)"

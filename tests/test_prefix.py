@@ -188,3 +188,50 @@ def test_a_dry_run_leaves_the_state_alone(sample):
     real = mem.context()
     assert [p.key for p in dry.pieces] == [p.key for p in real.pieces]
     assert [p.key for p in real.pieces][: len(before)] == before or real.event not in APPENDED
+
+
+def _agent_session(draw_sizes, rng):
+    """A random agent session: a task, then calls (assistant tool call, tool result) of random
+    sizes, now and then a user message."""
+    words = "alpha beta gamma delta 1234567 path/to/file.py error warning ok".split()
+    msgs = [{"role": "system", "content": "You are an agent. " * 50},
+            {"role": "user", "content": "Fix the bug in the parser. " * 5}]
+    for i, size in enumerate(draw_sizes):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "run", "arguments": f'{{"n": {i}}}'}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}",
+                     "content": "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(size))})
+        if rng.random() < 0.15:
+            msgs.append({"role": "user", "content": "Go on. " * rng.randint(1, 30)})
+    return msgs
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(1, 120), min_size=10, max_size=70), seed=st.integers(0, 2**16),
+       vision=st.sampled_from(["anthropic", "openai:gpt-4o", "openai:gpt-4.1"]))
+def test_at_the_defaults_a_session_costs_at_most_a_lost_bet_more_than_as_it_came(sizes, seed, vision):
+    """Property: any agent session, priced by its provider's cache rules, call by call (a call
+    before each assistant turn), costs through optictx at the defaults at most what its last
+    compaction added over appending, more than as it came. A paid compaction is a bet on the
+    calls to come (on Anthropic no compaction is cheaper than appending the call it happens):
+    a session that ends before it pays back loses that much, never more."""
+    import random
+
+    msgs = _agent_session(sizes, random.Random(seed))
+    mem = Memory(budget=Budget(tokens=128_000), vision=vision)
+    plain = Memory(budget=Budget(tokens=128_000), vision=vision, cache=False)
+    ours, theirs = [], []
+    for i, m in enumerate(msgs):
+        if m["role"] == "assistant" and i > 0:
+            ours.append(mem.context())
+            theirs.append(plain.context())
+        mem.add(m)
+        plain.add(m)
+    assert all(c.verbatim for c in theirs)
+    paid = [k for k, c in enumerate(ours) if c.event == "paid"]
+    bet = 0.0
+    if paid:  # what the last compaction cost beyond appending (the prompt before it, plus its turns)
+        k = paid[-1]
+        bet = _price(ours[: k + 1], vision) - _price(ours[:k], vision) - (
+            _price(theirs[: k + 1], vision) - _price(theirs[:k], vision))
+    assert _price(ours, vision) <= _price(theirs, vision) + max(0.0, bet) + 1e-6

@@ -154,7 +154,20 @@ def _tokens(block: Any, cost: CostModel) -> int:
     return count(json.dumps({k: v for k, v in block.items() if k != "cache_control"}))
 
 
-def anthropic_blocks(body: dict[str, Any], cost: CostModel) -> tuple[Block, ...]:
+def _priced(blocks: Sequence[Any], cost: CostModel, counted: dict[str, int] | None, marked: bool) -> tuple[Block, ...]:
+    """Blocks keyed by their content less any cache mark, their tokens counted once per key."""
+    counted = {} if counted is None else counted
+    out = []
+    for b in blocks:
+        key = _key(b)
+        if key not in counted:
+            counted[key] = _tokens(b, cost)
+        out.append(Block(key, counted[key], marked and isinstance(b, dict) and "cache_control" in b))
+    return tuple(out)
+
+
+def anthropic_blocks(body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
+                     ) -> tuple[Block, ...]:
     """The body's blocks in the provider's cache order: tools, system, messages."""
     system = body.get("system") or []
     system = [{"type": "text", "text": system}] if isinstance(system, str) else system
@@ -162,17 +175,18 @@ def anthropic_blocks(body: dict[str, Any], cost: CostModel) -> tuple[Block, ...]
     for m in body["messages"]:
         content = m["content"]
         out.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
-    return tuple(Block(_key(b), _tokens(b, cost), isinstance(b, dict) and "cache_control" in b) for b in out)
+    return _priced(out, cost, counted, True)
 
 
-def openai_blocks(body: dict[str, Any], cost: CostModel) -> tuple[Block, ...]:
+def openai_blocks(body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
+                  ) -> tuple[Block, ...]:
     out: list[Any] = [*(body.get("tools") or [])]
     for m in body["messages"]:
         content = m.get("content")
         out.extend(content if isinstance(content, list) else [content or ""])
         if m.get("tool_calls"):
             out.append({"tool_calls": m["tool_calls"]})
-    return tuple(Block(_key(b), _tokens(b, cost)) for b in out)
+    return _priced(out, cost, counted, False)
 
 
 # -- the replay ---------------------------------------------------------------------------------
@@ -253,6 +267,7 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     plain, ours = PromptCache(pricing), PromptCache(pricing)
     rows = []
     spend = [0.0, 0.0]
+    counted: dict[str, int] = {}
     try:
         for k in range(len(session.calls)):
             body = anthropic_body(session, k, model) if anthropic else openai_body(session, k, model)
@@ -261,8 +276,8 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
             sent = json.loads(fitted.body)
             blocks = anthropic_blocks if anthropic else openai_blocks
             at = k * gap
-            a = plain.bill(Request(blocks(body, cost), at))
-            b = ours.bill(Request(blocks(sent, cost), at, automatic="cache_control" in sent))
+            a = plain.bill(Request(blocks(body, cost, counted), at))
+            b = ours.bill(Request(blocks(sent, cost, counted), at, automatic="cache_control" in sent))
             event = fitted.fallback or (fitted.context.event if fitted.context is not None else None) or "-"
             rows.append(Row(k, a.tokens, b.tokens, a.cost, b.cost, event))
             for i, bill in enumerate((a, b)):

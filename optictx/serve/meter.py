@@ -41,15 +41,13 @@ class Meter:
 
     def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str) -> Charge:
         pricing = pricing_for(vision)
-        r, w = pricing.read, pricing.write
-        grown = max(0, original - self._original)
-        passthrough = r * min(self._original, original) + w * grown
+        passthrough = pricing.call(original, min(self._original, original))
         if ctx is None or ctx.verbatim:  # it went as it came
-            ours = passthrough if ctx is None or self._last is None or self._last.verbatim else w * sent
+            ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)
         else:
             per = tokens_per_piece(ctx)
             common = sum(per[: common_pieces(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
-            ours = r * common + w * (sum(per) - common)
+            ours = pricing.call(sum(per), common)
         self._last, self._original = ctx, original
         return Charge(ours, passthrough, _usd(ours, model, pricing), _usd(passthrough, model, pricing))
 

@@ -1,0 +1,116 @@
+"""The bill, side by side: every request of every recorded session, sent as it came, through
+optictx at its defaults (the proxy's own path, `optictx bill`), and through pxpipe where it is
+set up, each priced by the provider's prompt-cache rules (requests 60 s apart).
+
+    python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
+        [--pxpipe DIR] [--jobs 2] [--budget N]
+
+`--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
+each Anthropic request goes through its transform (node) and is priced the same way. Prints one
+markdown table per corpus and provider, and the sessions above 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing import Pool
+from pathlib import Path
+from typing import Any
+
+from optictx.cost import get_cost_model
+from optictx.eval.bill import MODELS, anthropic_blocks, anthropic_body, load_session, replay
+from optictx.promptcache import PromptCache, Request
+
+
+def _ours(job: tuple[str, str, int | None]) -> dict[str, Any]:
+    path, provider, budget = job
+    t0 = time.perf_counter()
+    bill = replay(load_session(path), provider, budget=budget)
+    s = bill.summary()
+    return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
+        1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
+        "optictx": bill.optictx}
+
+
+def _pxpipe(job: tuple[str, str]) -> dict[str, Any]:
+    """pxpipe's bill for one session under Anthropic's rules: each client body through its
+    transform, then priced like ours."""
+    path, peer = job
+    session = load_session(path)
+    cost = get_cost_model("anthropic")
+    cache, plain, counted = PromptCache("anthropic"), PromptCache("anthropic"), {}
+    theirs = ours_plain = 0.0
+    tokens = [0, 0]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "in.json"
+        for k in range(len(session.calls)):
+            body = anthropic_body(session, k, "claude-fable-5")
+            src.write_text(json.dumps(body))
+            out = subprocess.run(["node", str(Path(peer) / "transform.mjs"), str(src), "claude-fable-5"],
+                                 capture_output=True, check=True).stdout
+            sent = json.loads(out)
+            a = plain.bill(Request(anthropic_blocks(body, cost, counted), k * 60.0))
+            b = cache.bill(Request(anthropic_blocks(sent, cost, counted), k * 60.0, automatic="cache_control" in sent))
+            ours_plain += a.cost
+            theirs += b.cost
+            tokens[0] += a.tokens
+            tokens[1] += b.tokens
+    return {"session": session.name, "passthrough": ours_plain, "pxpipe": theirs,
+            "ratio": round(theirs / ours_plain, 3) if ours_plain else 1.0, "tokens": tokens}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpora", nargs="+")
+    ap.add_argument("--providers", nargs="+", default=["anthropic", "openai:gpt-4o", "openai:gpt-4.1", "openai:gpt-5"])
+    ap.add_argument("--pxpipe", help="a pxpipe laid out by its setup.sh (Anthropic rules only)")
+    ap.add_argument("--budget", type=int)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", help="write every session's figures here")
+    args = ap.parse_args()
+    results: dict[str, Any] = {}
+    with Pool(args.jobs) as pool:
+        for corpus in args.corpora:
+            files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
+            for provider in args.providers:
+                rows = pool.map(_ours, [(f, provider, args.budget) for f in files])
+                results[f"{Path(corpus).name}:{provider}"] = rows
+                _table(Path(corpus).name, provider, rows)
+            if args.pxpipe:
+                rows = pool.map(_pxpipe, [(f, args.pxpipe) for f in files])
+                results[f"{Path(corpus).name}:pxpipe"] = rows
+                p, x = sum(r["passthrough"] for r in rows), sum(r["pxpipe"] for r in rows)
+                tokens = [sum(r["tokens"][i] for r in rows) for i in (0, 1)]
+                print(f"\n{Path(corpus).name}, pxpipe (anthropic rules, model claude-fable-5): cost {x / p:.3f}x "
+                      f"pass-through, tokens {tokens[1] / tokens[0]:.3f}x; sessions above 1.0x: "
+                      f"{sum(r['ratio'] > 1 for r in rows)} of {len(rows)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+def _table(corpus: str, provider: str, rows: list[dict[str, Any]]) -> None:
+    p, o = sum(r["passthrough"] for r in rows), sum(r["optictx"] for r in rows)
+    tp, to = sum(r["passthrough_tokens"] for r in rows), sum(r["optictx_tokens"] for r in rows)
+    above = [r for r in rows if r["ratio"] > 1.0]
+    events: dict[str, int] = {}
+    for r in rows:
+        for k, v in r["events"].items():
+            events[k] = events.get(k, 0) + v
+    ms = sum(r["seconds"] for r in rows) * 1000 / max(1, sum(r["requests"] for r in rows))
+    print(f"\n{corpus}, {provider} ({MODELS.get(provider, provider)} prices): {len(rows)} sessions, "
+          f"{sum(r['requests'] for r in rows)} requests")
+    print(f"- cost: optictx {o / p:.3f}x pass-through (base-input tokens {p:,.0f} -> {o:,.0f}); "
+          f"tokens sent {to / tp:.3f}x")
+    print(f"- sessions above 1.0x: {len(above)} " + ", ".join(f"{r['session']} {r['ratio']}" for r in above))
+    print(f"- best {min(r['ratio'] for r in rows)}, worst {max(r['ratio'] for r in rows)}; events {events}; "
+          f"{ms:.0f} ms per request (proxy path and pricing)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
