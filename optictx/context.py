@@ -253,6 +253,7 @@ class Context:
         """OpenAI chat messages: system, pinned, one user message with the pages, recent turns."""
         return export.to_openai(self)
 
-    def to_anthropic(self) -> tuple[str, list[dict[str, Any]]]:
-        """(system, messages) for the Anthropic Messages API."""
-        return export.to_anthropic(self)
+    def to_anthropic(self, *, cache: bool = False) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+        """(system, messages) for the Anthropic Messages API. `cache=True` marks `breakpoints` with
+        `cache_control` (the system prompt then comes as a list of text blocks)."""
+        return export.to_anthropic(self, cache=cache)
