@@ -193,7 +193,7 @@ def test_a_dry_run_leaves_the_state_alone(sample):
 def _agent_session(draw_sizes, rng):
     """A random agent session: a task, then calls (assistant tool call, tool result) of random
     sizes, now and then a user message."""
-    words = "alpha beta gamma delta 1234567 path/to/file.py error warning ok".split()
+    words = ["alpha", "beta", "gamma", "delta", "1234567", "path/to/file.py", "error", "warning", "ok"]
     msgs = [{"role": "system", "content": "You are an agent. " * 50},
             {"role": "user", "content": "Fix the bug in the parser. " * 5}]
     for i, size in enumerate(draw_sizes):
