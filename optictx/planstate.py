@@ -41,12 +41,14 @@ class Frozen:
     since: int = 0  # calls since the last compaction (that one counted)
     front: int = 0  # pieces of the frozen front (system, pinned, caption, pages, factsheet)
     front_key: str = ""  # a digest of their keys
+    tried: int = -1  # sealed pages when a compaction was last weighed
 
     def to_json(self) -> str:
         body = {"pages": [[d, t.value] for d, t in self.pages], "factsheet": [list(f) for f in self.factsheet],
                 "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
                 "sent": self.sent, "pieces": self.pieces, "compactions": self.compactions, "base": self.base,
-                "since": self.since, "front": self.front, "front_key": self.front_key}
+                "since": self.since, "front": self.front, "front_key": self.front_key,
+                "tried": self.tried}
         return json.dumps(body, ensure_ascii=True)
 
     @classmethod
@@ -58,7 +60,7 @@ class Frozen:
                        tuple((int(p), str(s)) for p, s in b["factsheet"]), int(b["upto"]),
                        tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
                        int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
-                       str(b["front_key"]))
+                       str(b["front_key"]), int(b["tried"]))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -61,10 +61,15 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
         ctx, frozen = append
         if frozen.fixed != state.fixed:  # a new system or pinned turn: the front moves anyway
             return _done(append, state, state.compactions + 1, "forced")
-        cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
-        if cand is not None and _pays(pricing, policy, state, ctx, cand[0], budget.limit):
-            return _done(cand, state, state.compactions + 1, "paid")
-        return _done((ctx, replace(frozen, base=state.base, since=state.since)), state, state.compactions, "append")
+        sealed = len(base.pack.sealed)
+        # A compaction can only pay for pages that sealed since it was last weighed, and never
+        # where the cache reads for free (a local prefill): most calls skip weighing one.
+        if pricing.read > 0 and sealed != state.tried:
+            cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
+            if cand is not None and _pays(pricing, policy, state, ctx, cand[0], budget.limit):
+                return _done((cand[0], replace(cand[1], tried=sealed)), state, state.compactions + 1, "paid")
+        kept = replace(frozen, base=state.base, since=state.since, tried=sealed)
+        return _done((ctx, kept), state, state.compactions, "append")
     if append is not None:  # the first call, and the conversation fits as it came
         return _done(append, None, 0, "verbatim")
     first = state is None
