@@ -235,6 +235,9 @@ COST_MODELS: MappingProxyType[str, CostModel] = MappingProxyType({
     "openai:gpt-4o": OpenAITiles("openai:gpt-4o"),
     "openai:gpt-4o:low": OpenAITiles("openai:gpt-4o:low", detail="low"),
     "openai:gpt-4.1": OpenAITiles("openai:gpt-4.1"),
+    # GPT-5 family: priced as gpt-4o's tiles (an assumption: not checked against OpenAI's table
+    # here); its own name so that its prompt-cache rules (cached input at 0.1x) follow it
+    "openai:gpt-5": OpenAITiles("openai:gpt-5"),
     # OpenAI vision guide, patch-based image tokenization (multipliers 1.62 and 2.46)
     "openai:gpt-4.1-mini": OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62),
     "openai:gpt-4.1-nano": OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46),

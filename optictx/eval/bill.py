@@ -104,8 +104,6 @@ def openai_body(session: Session, k: int, model: str) -> dict[str, Any]:
     head = [m for m in session.messages[: session.calls[k]]]
     if not any(m.get("role") == "system" for m in head) and session.system_tokens:
         head = [{"role": "system", "content": _filler(session.system_tokens)}, *head]
-    if not any(m.get("role") == "user" for m in head):
-        head.append({"role": "user", "content": "(the task, not recorded)"})
     return {"model": model, "messages": head}
 
 

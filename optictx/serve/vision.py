@@ -18,6 +18,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("gpt-4.1-mini", "openai:gpt-4.1-mini"),
     ("gpt-4.1-nano", "openai:gpt-4.1-mini"),
     ("o4-mini", "openai:gpt-4.1-mini"),
+    # Named apart for their prompt-cache prices (promptcache.pricing_for): cached input at 0.25x
+    # (gpt-4.1) and 0.1x (gpt-5), against gpt-4o's 0.5x.
+    ("gpt-4.1", "openai:gpt-4.1"),
+    ("gpt-5", "openai:gpt-5"),
     ("gpt-", "openai:gpt-4o"),
     ("chatgpt", "openai:gpt-4o"),
     ("o1", "openai:gpt-4o"),
