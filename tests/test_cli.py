@@ -62,3 +62,23 @@ def test_missing_file_is_a_clear_error(tmp_path, capsys):
 def test_python_dash_m_entry_point():
     out = subprocess.run([sys.executable, "-m", "optictx", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "demo" in out.stdout
+
+
+def test_bill_prices_a_recorded_session_both_ways(tmp_path, capsys):
+    import pytest
+
+    pytest.importorskip("starlette", reason="optictx bill replays through the proxy (the serve extra)")
+    f = tmp_path / "session.jsonl"
+    write_jsonl(f, sample_conversation())
+    assert main(["bill", str(f), "--provider", "anthropic", "openai:gpt-4o", "--json", "--requests"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    sessions = [x for x in lines if "session" in x]
+    totals = [x for x in lines if "sessions" in x]
+    assert [s["provider"] for s in sessions] == ["anthropic", "openai:gpt-4o"]
+    msgs = sample_conversation()
+    calls = sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and msgs[i - 1]["role"] != "assistant")
+    assert all(s["requests"] == calls == len(s["rows"]) for s in sessions)
+    # A long session: optictx sends fewer tokens and, cache reads counted, costs less.
+    assert all(t["ratio"] < 1.0 and t["sessions_above_1"] == 0 for t in totals)
+    assert all(s["optictx_tokens"] < s["passthrough_tokens"] for s in sessions)
+    assert main(["bill", str(tmp_path / "none")]) == 2

@@ -57,7 +57,10 @@ def load_session(path: str | Path) -> Session:
         first = usage["calls"][0]
         system = int(first["cache_read_input_tokens"]) + int(first["cache_creation_input_tokens"])
         return Session(path.stem, messages, calls, system, usage["calls"])
-    calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    # A call before each assistant turn that follows the client's (two assistant messages in a
+    # row are one answer streamed in parts: the API merges them into one message).
+    calls = [i for i, m in enumerate(messages)
+             if m.get("role") == "assistant" and (i == 0 or messages[i - 1].get("role") != "assistant")]
     return Session(path.stem, messages, calls, 0)
 
 
