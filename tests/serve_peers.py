@@ -277,3 +277,23 @@ class ServeProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             self.proc.communicate(timeout=30)
+
+
+def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """OpenAI-style sample messages as an Anthropic request (the test's own conversion)."""
+    system, out = "", []
+    for m in messages:
+        if m["role"] == "system":
+            system += m["content"]
+            continue
+        if m["role"] == "tool":
+            role, blocks = "user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]
+        else:
+            role, blocks = m["role"], [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                        "input": json.loads(c["function"]["arguments"] or "{}")} for c in m.get("tool_calls", [])]
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += blocks
+        else:
+            out.append({"role": role, "content": blocks})
+    return system, out

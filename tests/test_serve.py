@@ -22,7 +22,7 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Proxy, Reference, fresh, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, Reference, fresh, start_upstream, stop_upstream, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -51,26 +51,6 @@ def _openai(proxy, key="key-a", **kw):
 
 def _anthropic(proxy, key="key-a", **kw):
     return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, **kw)
-
-
-def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """OpenAI-style sample messages as an Anthropic request (the test's own conversion)."""
-    system, out = "", []
-    for m in messages:
-        if m["role"] == "system":
-            system += m["content"]
-            continue
-        if m["role"] == "tool":
-            role, blocks = "user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]
-        else:
-            role, blocks = m["role"], [{"type": "text", "text": m["content"]}] if m.get("content") else []
-            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                        "input": json.loads(c["function"]["arguments"] or "{}")} for c in m.get("tool_calls", [])]
-        if out and out[-1]["role"] == role:
-            out[-1]["content"] += blocks
-        else:
-            out.append({"role": role, "content": blocks})
-    return system, out
 
 
 def _fresh(dialect, body: dict[str, Any], budget=BUDGET, vision=None):

@@ -4,7 +4,6 @@ tight budget, and each answer says its modeled cost beside the conversation's as
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -15,7 +14,7 @@ pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("htt
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, start_upstream, stop_upstream, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -47,33 +46,25 @@ def _calls(sample, first, count):
 
 
 def _anthropic_history(sample, n):
-    """The sample's first n messages as Claude Code sends them: the newest block marked."""
-    system = sample[0]["content"]
-    messages = []
-    for m in sample[1:n]:
-        if m["role"] == "tool":
-            role, blocks = "user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]
-        else:
-            role = m["role"]
-            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
-            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                        "input": json.loads(c["function"]["arguments"] or "{}")} for c in m.get("tool_calls", [])]
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] += blocks
-        else:
-            messages.append({"role": role, "content": blocks})
+    """The sample's first n messages as Claude Code sends them: the system and newest block marked."""
+    system, messages = to_anthropic_messages(sample[:n])
     last = messages[-1]["content"]
     last[-1] = {**last[-1], "cache_control": EPHEMERAL}
     return [{"type": "text", "text": system, "cache_control": EPHEMERAL}], messages
 
 
-def test_a_moving_cache_control_keeps_one_conversation(proxy, upstream, sample):
-    client = anthropic.Anthropic(base_url=proxy.url, api_key="key-a", max_retries=0)
-    events = []
-    for n in _calls(sample, 60, 10):
+def _claude_code(proxy, key, sample, first, count):
+    """The answers (raw) to `count` requests as Claude Code makes them, from `first` messages on."""
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+    for n in _calls(sample, first, count):
         system, messages = _anthropic_history(sample, n)
-        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
+        yield client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
                                                        messages=messages)
+
+
+def test_a_moving_cache_control_keeps_one_conversation(proxy, upstream, sample):
+    events = []
+    for raw in _claude_code(proxy, "key-a", sample, 60, 10):
         events.append(raw.headers["x-optictx-event"])
         body = upstream.last("/v1/messages").body
         marks = [b for b in [*body["system"], *(b for m in body["messages"] for b in m["content"])]
@@ -155,12 +146,8 @@ def test_the_task_survives_a_tight_budget(upstream, sample):
 
 
 def test_each_answer_says_its_modeled_cost_beside_the_conversation_as_it_came(proxy, upstream, sample):
-    client = anthropic.Anthropic(base_url=proxy.url, api_key="key-c", max_retries=0)
     costs = []
-    for n in _calls(sample, 30, 3):
-        system, messages = _anthropic_history(sample, n)
-        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
-                                                       messages=messages)
+    for raw in _claude_code(proxy, "key-c", sample, 30, 3):
         ours, theirs = raw.headers["x-optictx-cost"].split(";")[0].split("/")
         costs.append((float(ours), float(theirs)))
     # Sent as it came (it fits), the bill is the conversation's as it came, cache reads counted.
