@@ -206,7 +206,9 @@ def _agent_session(draw_sizes, rng):
     return msgs
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: the bound is what the rule promises, measured by the simulator on the examples
+# it draws; the same ten sessions on every run.
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=st.lists(st.integers(1, 120), min_size=10, max_size=70), seed=st.integers(0, 2**16),
        vision=st.sampled_from(["anthropic", "openai:gpt-4o", "openai:gpt-4.1"]))
 def test_at_the_defaults_a_session_costs_at_most_its_lost_bets_more_than_as_it_came(sizes, seed, vision):
