@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Literal
 
 from .budget import Budget
-from .context import CAPTION, Context, Piece
+from .context import CAPTION, Context, common_prefix
 from .cost import CostModel
 from .errors import BudgetError
 from .packer import PackView, Page
@@ -123,17 +123,13 @@ def _pays(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     compaction is forced there anyway, and what this one saves ends with it."""
     kept = min(state.pieces, len(append.pieces))
     cost_append = pricing.call(append.tokens, min(state.sent, append.tokens))
-    cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_pieces(cand.pieces, append.pieces[:kept])))
+    cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
     ahead = policy.horizon * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)
     if growth > 0:
         ahead = min(ahead, (limit - append.tokens) / growth)
     saved = pricing.steady(append.tokens) - pricing.steady(cand.tokens)
     return pricing.rewrite_pays(saved, cost_cand - cost_append, ahead)
-
-
-def common_pieces(a: Sequence[Piece], b: Sequence[Piece]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x.key != y.key), min(len(a), len(b)))
 
 
 def piece_tokens(ctx: Context, n: int) -> int:

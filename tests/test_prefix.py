@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, Memory
+from optictx.context import common_prefix
 from optictx.export import to_anthropic, to_openai
-from optictx.prefix import common_pieces, piece_tokens, tokens_per_piece
+from optictx.prefix import piece_tokens, tokens_per_piece
 from optictx.promptcache import Block, PromptCache, Request
 
 APPENDED = ("append", "verbatim")
@@ -93,7 +94,7 @@ def test_a_local_model_compacts_only_when_it_prefills_no_more_than_appending(sam
         mem.add(m)
         ctx = mem.context()
         if prev is not None and ctx.event == "paid":
-            prefill = ctx.tokens - piece_tokens(ctx, common_pieces(ctx.pieces, prev.pieces))
+            prefill = ctx.tokens - piece_tokens(ctx, common_prefix(ctx.pieces, prev.pieces))
             assert prefill <= sum(mem._native[i] for i in range(before, len(mem))) + 50
         prev = ctx
 

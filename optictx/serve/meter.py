@@ -9,8 +9,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..context import Context
-from ..prefix import common_pieces, tokens_per_piece
+from ..context import Context, common_prefix
+from ..prefix import tokens_per_piece
 from ..promptcache import Bill, CachePricing, dollars, pricing_for
 
 
@@ -46,7 +46,7 @@ class Meter:
             ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)
         else:
             per = tokens_per_piece(ctx)
-            common = sum(per[: common_pieces(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
+            common = sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
             ours = pricing.call(sum(per), common)
         self._last, self._original = ctx, original
         return Charge(ours, passthrough, _usd(ours, model, pricing), _usd(passthrough, model, pricing))
