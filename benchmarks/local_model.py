@@ -61,16 +61,19 @@ class Setup:
     sticky: bool = False
     vision: str = "unlimited-ocr"  # or "deepseek-ocr-2": its tiny model, full attention
     verbatim: bool = True  # the default: the session goes as text while it fits
+    cache: bool = True  # the default: append-only plans between compactions (False: plan afresh)
 
 
 SETUPS = [
     Setup("default", 8192),
+    Setup("stateless planner (cache=False)", 8192, cache=False),
     Setup("hold=1 (the default before)", 8192, AgeLadder(hold=1)),
     Setup("hold=4", 8192, AgeLadder(hold=4)),
     # What a seal costs by itself: no page ever changes tier, so every break is a new page.
     # (Pages even while the session fits as text: what the pages cost is the point.)
     Setup("no fading (floor)", 65536, AgeLadder(steps=(), rest=Tier.LARGE), verbatim=False),
     Setup("default", 2000),
+    Setup("stateless planner (cache=False)", 2000, cache=False),
     Setup("sticky_tiers", 2000, sticky=True),
     Setup("DeepSeek-OCR 2, default", 8192, vision="deepseek-ocr-2"),
 ]
@@ -82,7 +85,8 @@ def session(turns: int, setup: Setup) -> dict:
     reuse = OpticalModel(model, tok, window=16)
     fresh = OpticalModel(model, tok, window=16, reuse_prefix=False)
     mem = Memory(vision=setup.vision, budget=Budget(tokens=setup.budget), keep_recent=2, tokenizer=tok,
-                 ladder=setup.ladder or AgeLadder(), sticky_tiers=setup.sticky, verbatim=setup.verbatim)
+                 ladder=setup.ladder or AgeLadder(), sticky_tiers=setup.sticky, verbatim=setup.verbatim,
+                 cache=setup.cache)
     msgs = sample_conversation(tasks=12)[:turns]
     question = len(tok(f"USER: {QUESTION}\nASSISTANT:", add_special_tokens=False).input_ids)  # as build_inputs ends
     rows, checks = [], []

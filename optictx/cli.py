@@ -300,6 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-open", type=int, default=64,
                        help="conversations kept open in memory, each with up to 32 MiB of page images (default 64)")
     serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
+    serve.add_argument("--max-inflight-bytes", type=int, default=256 * 2**20,
+                       help="request bytes held at once, all requests together (default 256 MiB; 503 beyond)")
+    serve.add_argument("--max-answer-bytes", type=int, default=256 * 2**20,
+                       help="largest whole upstream answer relayed (default 256 MiB; streams pass through)")
+    serve.add_argument("--lock-wait", type=float, default=30.0,
+                       help="seconds a request waits for its conversation's previous one (default 30; 429 beyond)")
     serve.set_defaults(func=cmd_serve)
     bill = sub.add_parser("bill", help="what recorded sessions cost, request by request, as they came and "
                           "through optictx, with the provider's prompt cache counted")
@@ -379,7 +385,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         vision=args.vision, budget=args.budget, keep_recent=args.keep_recent, pin_task=args.pin_task,
         store=args.store or None, allow_remote=args.allow_remote,
         proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
-        upstream_timeout=args.upstream_timeout, max_open=args.max_open)
+        upstream_timeout=args.upstream_timeout, max_open=args.max_open,
+        max_inflight_bytes=args.max_inflight_bytes, max_answer_bytes=args.max_answer_bytes, lock_wait=args.lock_wait)
     run(config)
     return 0
 

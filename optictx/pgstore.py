@@ -36,13 +36,20 @@ from .store import decode_meta, decode_turns, dump_turn, gap_free, intact_floors
 from .turns import Turn
 
 psycopg = need("psycopg", "postgres")
-ConnectionPool = need("psycopg_pool", "postgres").ConnectionPool
+_pool_module = need("psycopg_pool", "postgres")
+ConnectionPool, PoolTimeout = _pool_module.ConnectionPool, _pool_module.PoolTimeout
 
 SCHEMA_VERSION = 1
 MAX_NAME = 200
 POOL_SIZE = 8  # connections per database URL and process; each is held only for one statement or batch
 _CONNECT_TIMEOUT_S = 10
+# A writer waits this long for another's row lock (a stopped replica's, say), then fails: a
+# bounded wait, never a thread held for good.
+_LOCK_TIMEOUT_MS = 30_000
 _RETRIES = 4  # attempts on a dropped connection (backing off 0.05, 0.1, 0.2 s)
+# How long a caller waits for a pooled connection: the database down, or every connection busy
+# for this long, is an error (the proxy answers 503, Retry-After), never a thread held for good.
+_POOL_WAIT_S = 10.0
 _SCHEMA_LOCK = 0x6F707478  # advisory lock "optx": processes creating the tables at once agree
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -107,8 +114,10 @@ class _Pools:
                         ensure_schema(conn, url, create)
                     except psycopg.Error as exc:
                         raise StoreError(f"{where(url)}: cannot open ({_first_line(exc)})") from None
+                settings = {"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S,
+                            "options": f"-c lock_timeout={_LOCK_TIMEOUT_MS}"}
                 pool = ConnectionPool(conninfo, min_size=1, max_size=POOL_SIZE, open=True, name="optictx",
-                                      kwargs={"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S})
+                                      timeout=_POOL_WAIT_S, kwargs=settings)
             self._pools[conninfo] = (pool, users + 1)
             return pool
 
@@ -214,8 +223,8 @@ def retrying(shared: ConnectionPool, work: Any, *, attempts: int = _RETRIES) -> 
         try:
             with shared.connection() as conn:
                 return work(conn)
-        except psycopg.OperationalError:
-            if attempt == attempts - 1:
+        except psycopg.OperationalError as exc:
+            if attempt == attempts - 1 or isinstance(exc, PoolTimeout):  # the pool waited already
                 raise
             shared.check()  # drop the pool's other dead connections before trying again
             time.sleep(0.05 * 2**attempt)

@@ -113,6 +113,28 @@ def test_build_inputs_puts_one_placeholder_run_per_page_of_its_charged_length(ti
     assert tok.decode(ids[inputs.spans[-1][1]:]).endswith("USER: What was the total?\nASSISTANT:")
 
 
+@pytest.mark.parametrize("limit", [3000, 6000])
+def test_between_compactions_the_model_input_is_a_prefix_of_the_next(tiny, sample, limit):
+    """The append-only contract for the local model: the ids before the question of call k are
+    the first ids of call k+1, so the prefill is the new turns only."""
+    from optictx.models import build_inputs
+
+    _, tok = tiny
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=limit), keep_recent=2, tokenizer=tok)
+    prev, appended = None, 0
+    for m in sample[:160]:
+        mem.add(m)
+        ctx = mem.context()
+        inputs = build_inputs(ctx, tok, "What was the total?")
+        if prev is not None and ctx.event in ("append", "verbatim"):
+            before = prev.input_ids[0, : prev.piece_ends[-2]]  # all but the question
+            assert torch.equal(inputs.input_ids[0, : len(before)], before)
+            assert inputs.common_prefix(prev) == len(before)
+            appended += 1
+        prev = inputs
+    assert appended > 60
+
+
 def test_inputs_are_indexed_and_unpacked_like_a_batch_feature(tiny, ctx):
     from optictx.models import build_inputs
 

@@ -270,8 +270,10 @@ def test_an_unreachable_upstream_is_a_502_in_the_api_shape(tmp_path):
 ])
 def test_malformed_requests_get_400_in_the_api_shape_and_store_nothing(proxy, upstream, raw, where):
     with httpx.Client(base_url=proxy.url) as http:
-        r = http.post("/v1/chat/completions", content=raw, headers={"authorization": "Bearer key-a"})
-        ra = http.post("/v1/messages", content=raw.replace(b"wizard", b"system"), headers={"x-api-key": "key-a"})
+        json_ = {"content-type": "application/json"}
+        r = http.post("/v1/chat/completions", content=raw, headers={"authorization": "Bearer key-a", **json_})
+        ra = http.post("/v1/messages", content=raw.replace(b"wizard", b"system"),
+                       headers={"x-api-key": "key-a", **json_})
     assert r.status_code == 400 and where in r.json()["error"]["message"]
     assert ra.status_code == 400 and ra.json()["type"] == "error"
     assert not upstream.arrivals
@@ -291,7 +293,8 @@ def test_a_malformed_block_inside_a_tool_result_is_a_400(proxy, upstream, inner)
 
 def test_oversized_bodies_unknown_paths_and_models(proxy, upstream):
     with httpx.Client(base_url=proxy.url) as http:
-        big = http.post("/v1/chat/completions", content=b"x" * (33 * 2**20))
+        big = http.post("/v1/chat/completions", content=b"x" * (33 * 2**20),
+                        headers={"content-type": "application/json"})
         assert big.status_code == 413
         missing = http.get("/v1/embeddings")
         assert missing.status_code == 404 and "no route GET /v1/embeddings" in missing.json()["error"]["message"]

@@ -69,7 +69,7 @@ def served():
 
 async def _post(app, path: str, content: bytes) -> httpx.Response:
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client:
         return await client.post(path, content=content, headers={"authorization": "Bearer fuzz",
                                                                  "content-type": "application/json"})
 

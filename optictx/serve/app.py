@@ -1,26 +1,29 @@
-"""The ASGI app: routes, guards (loopback or the proxy key, body size), errors in each API's
-own shape, and the upstream relay. Memory work runs in worker threads, off the event loop."""
+"""The ASGI app: routes, guards (`guards.py`), errors in each API's own shape (never a bare 500),
+and the upstream relay. Memory work runs in worker threads, off the event loop, a few per
+tenant at most."""
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import OptictxError
+from .answers import answered, incident, refused
 from .anthropic_api import ANTHROPIC
-from .config import ServeConfig, is_loopback
+from .config import ServeConfig
+from .conversations import tenant_of
 from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
+from .guards import LOCKED, InFlight, allowed, body, framed, json_typed, loads, local_only
 from .meter import Usage, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
@@ -30,33 +33,36 @@ log = logging.getLogger("optictx.serve")
 ROUTES = "POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models, GET /optictx/"
 
 
-def _error(dialect: Dialect, exc: ApiError) -> JSONResponse:
-    return JSONResponse(dialect.error(exc), exc.status)
+class Tenants:
+    """Worker threads by credential: one tenant holds at most `threads` of the pool at once, and
+    waits at most `wait` seconds for one (429 beyond), on the event loop, holding no thread. So
+    requests stuck on one conversation (a locked store, a stopped replica's row lock) never
+    leave another tenant without a worker."""
+
+    def __init__(self, threads: int, wait: float) -> None:
+        self.threads, self.wait = threads, wait
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    async def run(self, tenant: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self.threads))
+        try:
+            with anyio.fail_after(self.wait):
+                await limiter.acquire()
+        except TimeoutError:
+            raise ApiError(f"this API key has {self.threads} requests in progress already (waited {self.wait:g} s); "
+                           "retry shortly", status=429, kind="rate_limit_error", retry_after=1) from None
+        try:
+            return await run_in_threadpool(func, *args, **kwargs)
+        finally:
+            limiter.release()
+            if limiter.borrowed_tokens == 0 and limiter.statistics().tasks_waiting == 0:
+                self._limiters.pop(tenant, None)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ApiError(f"the request body is {declared} bytes; this proxy takes at most {limit} (--max-body-bytes)",
-                       status=413, kind="request_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(f"the request body is over {limit} bytes (--max-body-bytes)", status=413,
-                           kind="request_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def allowed(request: Request, config: ServeConfig) -> bool:
-    """With a proxy key, the request presents it; without one, it comes from loopback."""
-    if config.proxy_key:
-        return hmac.compare_digest(request.headers.get("x-optictx-key", "").encode(), config.proxy_key.encode())
-    return request.client is not None and is_loopback(request.client.host)
-
-
-_LOCKED = "this proxy takes requests with its key only (X-Optictx-Key)"
+async def _gone(request: Request) -> None:
+    """Returns once the client has disconnected (its body was read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 class Server:
@@ -64,8 +70,10 @@ class Server:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config, self.proxy = config, Proxy(config)
-        self.upstreams = {name: Upstream(url, config.upstream_timeout) for name, url in
+        self.upstreams = {name: Upstream(url, config.upstream_timeout, config.max_answer_bytes) for name, url in
                           (("openai", config.upstream), ("anthropic", config.anthropic_upstream)) if url}
+        self.inflight = InFlight(config.max_inflight_bytes)
+        self.tenants = Tenants(config.tenant_threads, config.lock_wait)
 
     def upstream(self, dialect: Dialect) -> Upstream:
         if dialect.name not in self.upstreams:
@@ -74,28 +82,32 @@ class Server:
                            kind="not_found_error")
         return self.upstreams[dialect.name]
 
-    async def prepare(self, request: Request, dialect: Dialect, keep: bool) -> tuple[Parsed, Fitted]:
-        """The request checked, parsed and fitted (ApiError, in the API's shape, otherwise)."""
+    def admit(self, request: Request, *, api: bool = False) -> None:
+        """Who may ask, from where, and how the request is framed (ApiError otherwise)."""
+        framed(request)
         if not allowed(request, self.config):
-            raise ApiError(_LOCKED, status=401, kind="authentication_error")
-        raw = await _body(request, self.config.max_body_bytes)
+            raise ApiError(LOCKED, status=401, kind="authentication_error")
+        local_only(request, self.config)
+        if api:
+            json_typed(request)
+
+    async def prepare(self, request: Request, dialect: Dialect, raw: bytes, keep: bool) -> tuple[Parsed, Fitted]:
+        """The request parsed and fitted (ApiError, in the API's shape, otherwise)."""
+        parsed = dialect.parse(loads(raw), raw)
         try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise ApiError(f"the request body is not JSON ({str(exc)[:120]})") from exc
-        parsed = dialect.parse(body, raw)
-        try:
-            return parsed, await run_in_threadpool(self.proxy.fit, dialect, parsed, request.headers, keep=keep)
+            fitted = await self.tenants.run(tenant_of(request.headers), self.proxy.fit, dialect, parsed,
+                                            request.headers, keep=keep)
         except ApiError:
             raise
-        except OptictxError as exc:  # a turn over the limits, a damaged store: said, never a crash
-            bad = isinstance(exc, ValueError)
-            raise ApiError(f"optictx: {exc}", status=400 if bad else 500,
-                           kind="invalid_request_error" if bad else "api_error") from exc
+        except Exception as exc:  # a turn over the limits, a damaged store: said, never a crash
+            raise refused(exc) from exc
+        return parsed, fitted
 
     async def complete(self, request: Request, dialect: Dialect, path: str) -> Response:
+        self.admit(request, api=True)
+        raw = await body(request, self.config.max_body_bytes, self.inflight)
         try:
-            parsed, fitted = await self.prepare(request, dialect, keep=True)
+            parsed, fitted = await self.prepare(request, dialect, raw, keep=True)
             sent = fitted.sent
             extra = {"x-optictx-conversation": sent.conversation, "x-optictx-vision": sent.vision,
                      "x-optictx-tokens": f"{sent.sent}/{sent.original}"}
@@ -111,42 +123,77 @@ class Server:
                     billed = usage_record(usage, sent.vision, sent.model)
                     await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=status, **billed))
                 except Exception:
-                    log.exception("conversation %s: the request's record was not stored", sent.conversation)
+                    incident(f"conversation {sent.conversation}: the request's record was not stored")
 
             upstream = self.upstream(dialect)
-            return await upstream.post(path, fitted.body, request.headers, parsed.stream, dialect, extra, done)
-        except ApiError as exc:
-            return _error(dialect, exc)
+            if await request.is_disconnected():  # nobody to answer: nothing is sent upstream
+                await done(None, 499)
+                return Response(status_code=499)
+            return await self._relayed(request, upstream.post(path, fitted.body, request.headers, parsed.stream,
+                                                              dialect, extra, done), done)
+        finally:
+            self.inflight.give(len(raw))
+
+    async def _relayed(self, request: Request, call: Awaitable[Response], done: Callable[..., Awaitable[None]]
+                       ) -> Response:
+        """The upstream call's response, or nothing if the client leaves first: the call is
+        cancelled then (a stream's relay stops by itself when its client leaves)."""
+        response: Response | None = None
+        failed: Exception | None = None
+        async with anyio.create_task_group() as group:
+            async def watch() -> None:
+                await _gone(request)
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            try:
+                response = await call
+            except Exception as exc:  # raised here, not as a task group's ExceptionGroup
+                failed = exc
+            group.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        if response is None:
+            log.info("the client left before the upstream answered: the upstream call was cancelled")
+            with anyio.CancelScope(shield=True):
+                await done(None, 499)
+            return Response(status_code=499)
+        return response
 
     async def chat(self, request: Request) -> Response:
-        return await self.complete(request, OPENAI, "/chat/completions")
+        return await answered(OPENAI, lambda: self.complete(request, OPENAI, "/chat/completions"))
 
     async def messages(self, request: Request) -> Response:
-        return await self.complete(request, ANTHROPIC, "/v1/messages")
+        return await answered(ANTHROPIC, lambda: self.complete(request, ANTHROPIC, "/v1/messages"))
 
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's count of the fitted request (nothing is stored: a throwaway memory)."""
-        try:
-            _, fitted = await self.prepare(request, ANTHROPIC, keep=False)
-            return await self.upstream(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
-                                                       False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
-        except ApiError as exc:
-            return _error(ANTHROPIC, exc)
+        async def work() -> Response:
+            self.admit(request, api=True)
+            raw = await body(request, self.config.max_body_bytes, self.inflight)
+            try:
+                _, fitted = await self.prepare(request, ANTHROPIC, raw, keep=False)
+                return await self.upstream(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
+                                                           False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
+            finally:
+                self.inflight.give(len(raw))
+
+        return await answered(ANTHROPIC, work)
 
     async def models(self, request: Request) -> Response:
         """Passed through: to the Anthropic upstream for an Anthropic client (or the only one)."""
         ups = self.upstreams
         anthropic = "anthropic" in ups and ("anthropic-version" in request.headers or "openai" not in ups)
         dialect = ANTHROPIC if anthropic else OPENAI
-        try:
-            if not allowed(request, self.config):
-                raise ApiError(_LOCKED, status=401, kind="authentication_error")
+
+        async def work() -> Response:
+            self.admit(request)
             return await self.upstream(dialect).get("/v1/models" if anthropic else "/models", request.headers)
-        except ApiError as exc:
-            return _error(dialect, exc)
+
+        return await answered(dialect, work)
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        message = f"optictx serve has no route {request.method} {request.url.path}; it serves {ROUTES}"
+        message = f"optictx serve has no route {request.method} {request.url.path[:200]}; it serves {ROUTES}"
         return JSONResponse({"error": {"message": message, "type": "not_found_error", "param": None, "code": None}},
                             404)
 
@@ -166,7 +213,7 @@ def create_app(config: ServeConfig) -> Starlette:
               Route("/v1/messages", server.messages, methods=["POST"]),
               Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
               Route("/v1/models", server.models, methods=["GET"]),
-              *dashboard_routes(server.proxy, lambda request: allowed(request, config))]
+              *dashboard_routes(server.proxy, server.admit)]
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={404: server.not_found, 405: server.not_found})
     app.state.proxy = server.proxy

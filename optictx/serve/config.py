@@ -46,6 +46,14 @@ class ServeConfig(BaseModel):
     upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
     max_open: int = Field(64, ge=1, description="conversations kept open in memory (least recent closed)")
     image_cache_bytes: int = Field(32 * 2**20, ge=0, description="each open conversation's page image cache")
+    max_inflight_bytes: int = Field(256 * 2**20, ge=1024, description="request bytes held at once, all requests "
+                                    "together (503 with Retry-After beyond)")
+    max_answer_bytes: int = Field(256 * 2**20, ge=1024, description="largest whole (not streamed) upstream "
+                                  "answer relayed (502 beyond); streams pass through as they arrive")
+    lock_wait: float = Field(30.0, gt=0, le=3600, description="seconds a request waits for its conversation "
+                             "(another request of it in progress) before a 429 with Retry-After")
+    tenant_threads: int = Field(8, ge=1, le=40, description="worker threads one credential may hold at once "
+                                "(of 40): one stuck conversation never stalls another tenant")
 
     @field_validator("store", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..memory import Memory
 from ..turns import Turn
+from .dialect import ApiError
 from .ledger import Ledger
 from .meter import Meter
 from .shelf import Shelf
@@ -25,17 +26,32 @@ from .shelf import Shelf
 log = logging.getLogger("optictx.serve")
 
 
+# Every header the supported APIs and their common gateways take a credential in: OpenAI and
+# Anthropic (Authorization, x-api-key), Azure OpenAI (api-key), Gemini (x-goog-api-key), Azure API
+# Management (Ocp-Apim-Subscription-Key), Portkey, Cloudflare AI Gateway, Helicone, and a proxy
+# in front (Proxy-Authorization). A client that authenticates in any of them is its own tenant.
+CREDENTIAL_HEADERS = ("x-api-key", "authorization", "api-key", "x-goog-api-key", "ocp-apim-subscription-key",
+                      "x-portkey-api-key", "cf-aig-authorization", "helicone-auth", "proxy-authorization")
+
+
+def _secret(name: str, value: str) -> str:
+    value = value.strip()
+    if name.endswith("authorization") and value[:7].lower() == "bearer ":
+        return value[7:].strip()
+    return value
+
+
 def credential(headers: Mapping[str, str]) -> str:
-    """The caller's API key ("" when none): `x-api-key`, else a Bearer token."""
-    key = headers.get("x-api-key")
-    if key:
-        return key
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
+    """The caller's credentials ("" when none): the secret of every credential header it sends
+    (a Bearer token without its scheme), in one string. One key sent the same way to both APIs
+    (`x-api-key: K`, `Authorization: Bearer K`) is one credential."""
+    secrets_ = sorted({s for name in CREDENTIAL_HEADERS if (s := _secret(name, headers.get(name) or ""))})
+    return "\0".join(secrets_)
 
 
 def tenant_of(headers: Mapping[str, str]) -> str:
-    """Whose conversations these are: a digest of the credential, never the credential itself."""
+    """Whose conversations these are: a digest of the credential, never the credential itself.
+    Without a credential: the keyless tenant, which sees only what other keyless requests made."""
     return hashlib.sha256(b"optictx tenant\0" + credential(headers).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -71,8 +87,9 @@ class Conversations:
     the ledger said, so two replicas never interleave two requests' turns in one memory."""
 
     def __init__(self, make: Callable[[str | Path | None], Memory], reopen: Callable[[str | Path], Memory],
-                 shelf: Shelf, ledger: Ledger, max_open: int = 64) -> None:
+                 shelf: Shelf, ledger: Ledger, max_open: int = 64, lock_wait: float = 30.0) -> None:
         self._make, self._reopen, self._shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
+        self.lock_wait = lock_wait
         self._open: OrderedDict[str, Conversation] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -123,7 +140,7 @@ class Conversations:
                 hit = self.ledger.longest(digests)
                 conv = self._get(hit[0]) if hit else None
             if conv is not None and hit is not None:
-                conv.lock.acquire()
+                self._acquire(conv)
                 if conv.closed:  # closed while we waited for it
                     conv.lock.release()
                     continue
@@ -144,11 +161,18 @@ class Conversations:
             conv = self._get(hit[0]) if hit else None
         if conv is None or hit is None:
             return None
-        conv.lock.acquire()
+        self._acquire(conv)
         if conv.closed or len(conv.memory) != hit[1] or hit[1] != len(turns):
             conv.lock.release()
             return None
         return conv
+
+    def _acquire(self, conv: Conversation) -> None:
+        """The conversation's lock, waited for at most `lock_wait` seconds (a 429 then: the
+        worker thread is never held longer by another request of it)."""
+        if not conv.lock.acquire(timeout=self.lock_wait):
+            raise ApiError(f"conversation {conv.id} is busy with another request (waited {self.lock_wait:g} s); "
+                           "retry shortly", status=429, kind="rate_limit_error", retry_after=1)
 
     def _grow(self, conv: Conversation, name: str | None, turns: Sequence[Turn], digests: list[bytes],
               held: int) -> bool:

@@ -5,6 +5,7 @@ conversations only (another key's are "not found")."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -15,24 +16,27 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..report import contact_sheet
+from .answers import answered
 from .conversations import tenant_of
+from .openai_api import OPENAI
 
 if TYPE_CHECKING:
     from .proxy import Proxy
 
-_DENIED = {"error": {"message": "the dashboard answers on loopback, or with the proxy key (X-Optictx-Key)",
-                     "type": "authentication_error"}}
 _UNKNOWN = {"error": {"message": "no such conversation for this API key", "type": "not_found_error"}}
+_ID = re.compile(r"[0-9a-f]{16}")  # conversations.Conversations._new's ids
 
 
-def routes(proxy: Proxy, allowed: Callable[[Request], bool]) -> list[Route]:
+def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
+    """`admit` raises ApiError for a request the dashboard must not answer (guards.py)."""
     page = resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
 
     def guard(handler: Callable) -> Callable:
         async def guarded(request: Request) -> Response:
-            if not allowed(request):
-                return JSONResponse(_DENIED, 401)
-            return await handler(request)
+            async def work() -> Response:
+                admit(request)
+                return await handler(request)
+            return await answered(OPENAI, work)  # errors as {"error": {...}}, the shape the page reads
         return guarded
 
     async def index(request: Request) -> Response:
@@ -46,7 +50,7 @@ def routes(proxy: Proxy, allowed: Callable[[Request], bool]) -> list[Route]:
 
     async def conversation(request: Request) -> Response:
         tenant, cid = tenant_of(request.headers), request.path_params["cid"]
-        if proxy.ledger.owner(cid) != tenant:
+        if not _ID.fullmatch(cid) or await run_in_threadpool(proxy.ledger.owner, cid) != tenant:
             return JSONResponse(_UNKNOWN, 404)
         rows = await run_in_threadpool(proxy.ledger.requests, tenant, cid)
         return JSONResponse({"id": cid, "requests": rows})

@@ -12,12 +12,20 @@ from ..turns import Turn
 
 
 class ApiError(OptictxError):
-    """A request the proxy answers itself, with `status` and the API's own error shape."""
+    """A request the proxy answers itself, with `status` and the API's own error shape.
+    `retry_after`: seconds, sent as Retry-After (the SDKs wait that long and try again); `close`:
+    the connection is closed after the answer (a request whose framing cannot be trusted)."""
 
     def __init__(self, message: str, *, status: int = 400, kind: str = "invalid_request_error",
-                 param: str | None = None) -> None:
+                 param: str | None = None, retry_after: int | None = None, close: bool = False) -> None:
         super().__init__(message)
         self.status, self.kind, self.param = status, kind, param
+        self.retry_after, self.close = retry_after, close
+
+    @property
+    def headers(self) -> dict[str, str]:
+        out = {"retry-after": str(self.retry_after)} if self.retry_after is not None else {}
+        return {**out, "connection": "close"} if self.close else out
 
 
 @dataclass(frozen=True)
@@ -81,4 +89,7 @@ def model_and_messages(body: Any) -> tuple[str, list[Any]]:
     for name, kind in (("model", str), ("messages", list)):
         if not isinstance(body.get(name), kind) or not body[name]:
             raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ApiError("tools: a list of tool objects", param="tools")
     return body["model"], body["messages"]

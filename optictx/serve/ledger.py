@@ -132,6 +132,11 @@ class _Postgres:
         self._pg.release(self._url)
 
 
+def _text(value: str, limit: int = 200) -> str:
+    """A client's string as both databases store it: no lone surrogates, no NUL, not unbounded."""
+    return value[:limit].encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
+
+
 class Ledger:
     """`store`: None (in memory), a folder, or a PostgreSQL URL."""
 
@@ -187,7 +192,7 @@ class Ledger:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
                   "usage) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  (sent.conversation, sent.tenant, time.time(), sent.api, sent.model, sent.vision, sent.turns,
+                  (sent.conversation, sent.tenant, time.time(), sent.api, _text(sent.model), sent.vision, sent.turns,
                    sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status, sent.event,
                    sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd, sent.billed_usd,
                    sent.usage),

@@ -120,7 +120,7 @@ class StreamUsage:
                 continue
             try:
                 found = usage_of(self.api, json.loads(line[5:]))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if found is not None:
                 self.usage = found if self.usage is None else _merged(self.usage, found)

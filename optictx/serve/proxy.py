@@ -81,7 +81,7 @@ class Proxy:
         self.config = config
         self.ledger = Ledger(config.store)
         self.conversations = Conversations(self.memory, self.reopen, shelf_for(config.store), self.ledger,
-                                           config.max_open)
+                                           config.max_open, config.lock_wait)
 
     def memory(self, store: str | Path | None) -> Memory:
         """A new conversation's memory; contexts are built per request (budget, vision)."""
@@ -101,10 +101,11 @@ class Proxy:
         raw = headers.get("x-optictx-budget")
         if raw is None:
             return name, self.config.budget
-        if not (raw.isascii() and raw.strip().isdigit() and 1 <= int(raw) <= MAX_BUDGET):
+        digits = raw.strip()
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 9 and 1 <= int(digits) <= MAX_BUDGET):
             raise ApiError(f"X-Optictx-Budget: a whole number of tokens from 1 to {MAX_BUDGET}, got {raw[:40]!r}",
                            param="X-Optictx-Budget")
-        return name, int(raw)
+        return name, int(digits)
 
     def fit(self, dialect: Dialect, parsed: Parsed, headers: Mapping[str, str], *, keep: bool = True) -> Fitted:
         """Fit `parsed` through its conversation. `keep=False` (token counting): a conversation

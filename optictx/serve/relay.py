@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -31,7 +32,22 @@ def outgoing(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def incoming(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+    """The upstream's headers for the client, less hop-by-hop ones and any that would pass for
+    the proxy's own (X-Optictx-*: only the proxy says those)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-optictx-")}
+
+
+def shown(url: str) -> str:
+    """`url` as a client may see it: scheme, host, port and path; never its user, password,
+    query (an `?api-key=`) or fragment."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(the upstream)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 Done = Callable[[Usage | None, int], Awaitable[None]]
@@ -44,22 +60,47 @@ def _usage(api: str, content: bytes) -> Usage | None:
         return None
 
 
-def _after(data: bytes, mark: bytes) -> int:
-    """Where the last `mark` in `data` ends (0: none)."""
-    at = data.rfind(mark)
-    return 0 if at < 0 else at + len(mark)
+# A stream is relayed in whole events; a stream that has no event boundary this far is not
+# made of events, and goes on as it arrives.
+_MAX_EVENT = 2**20
+
+
+def _boundary(data: bytearray, start: int) -> int:
+    """Where the last event boundary in `data` at or after `start` ends (0: none there)."""
+    ends = [at + len(mark) for mark in (b"\n\n", b"\r\n\r\n") if (at := data.rfind(mark, start)) >= 0]
+    return max(ends, default=0)
 
 
 class Upstream:
-    def __init__(self, base: str, timeout: float) -> None:
-        self.base = base.rstrip("/")
+    def __init__(self, base: str, timeout: float, max_answer: int = 256 * 2**20) -> None:
+        self.base, self.max_answer = base.rstrip("/"), max_answer
+        self.shown = shown(self.base)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
 
     def _unreachable(self, exc: httpx.HTTPError) -> ApiError:
+        # What went wrong in detail (it may quote the URL with its credentials) goes to the log only.
+        log.warning("upstream %s: %s: %s", self.shown, type(exc).__name__, str(exc).replace(self.base, self.shown))
         if isinstance(exc, httpx.TimeoutException):
-            return ApiError(f"upstream {self.base} did not answer in time ({type(exc).__name__})", status=504,
+            return ApiError(f"upstream {self.shown} did not answer in time ({type(exc).__name__})", status=504,
                             kind="timeout_error")
-        return ApiError(f"upstream {self.base} unreachable ({type(exc).__name__}: {exc})", status=502, kind="api_error")
+        return ApiError(f"upstream {self.shown} unreachable ({type(exc).__name__})", status=502, kind="api_error")
+
+    async def _whole(self, r: httpx.Response) -> bytes:
+        """A whole answer, at most `max_answer` bytes (ApiError beyond, the rest unread)."""
+        chunks, size = [], 0
+        try:
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_answer:
+                    raise ApiError(f"upstream {self.shown} answered over {self.max_answer} bytes; this proxy relays "
+                                   "at most that (--max-answer-bytes), or a stream of any length", status=502,
+                                   kind="api_error")
+                chunks.append(chunk)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        finally:
+            await r.aclose()
+        return b"".join(chunks)
 
     async def get(self, path: str, headers: Mapping[str, str]) -> Response:
         try:
@@ -82,11 +123,11 @@ class Upstream:
         answer = {**incoming(r.headers), **extra}
         if not stream or r.status_code >= 400:
             try:
-                content = await r.aread()
-            except httpx.HTTPError as exc:
-                raise self._unreachable(exc) from exc
-            finally:
-                await r.aclose()
+                content = await self._whole(r)
+            except ApiError:
+                if done is not None:
+                    await done(None, 502)
+                raise
             if done is not None:
                 await done(_usage(dialect.name, content) if r.status_code < 400 else None, r.status_code)
             return Response(content, r.status_code, answer)
@@ -95,21 +136,23 @@ class Upstream:
     async def _relay(self, r: httpx.Response, dialect: Dialect, done: Done | None) -> AsyncIterator[bytes]:
         """Whole events as they arrive: should upstream break off, the half event it left is
         dropped and an error event ends the stream (a client never parses half of one)."""
-        tail = b""
+        tail = bytearray()  # what arrived after the last whole event; searched once per byte
         usage = StreamUsage(dialect.name)
         try:
             async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
+                start = max(0, len(tail) - 3)  # a boundary may straddle the chunks
                 tail += chunk
-                end = max(_after(tail, b"\n\n"), _after(tail, b"\r\n\r\n"))
+                end = _boundary(tail, start) or (len(tail) if len(tail) > _MAX_EVENT else 0)
                 if end:
-                    usage.feed(tail[:end])
-                    yield tail[:end]
-                    tail = tail[end:]
+                    out = bytes(tail[:end])
+                    del tail[:end]
+                    usage.feed(out)
+                    yield out
             if tail:
-                usage.feed(tail)
-                yield tail
+                usage.feed(bytes(tail))
+                yield bytes(tail)
         except httpx.HTTPError as exc:
-            log.warning("upstream stream from %s broke: %s", self.base, exc)
+            log.warning("upstream stream from %s broke: %s", self.shown, exc)
             yield dialect.stream_error(f"the upstream stream broke off ({type(exc).__name__}); try again")
         finally:
             # A client that leaves cancels this stream: the bookkeeping is shielded from that.
