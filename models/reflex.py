@@ -8,17 +8,15 @@ VLM reads there is another question.
 The network (trained by `reflex_train.py`): three 3x3 convolutions with pooling fold the line's
 height into channels, then 1-D convolutions over the frames, then one linear layer to the 95
 printable ASCII characters and CTC's blank. Every weight is -1, 0 or +1 times a per-channel
-scale, packed four to a byte; the file is an `.npz` loaded with `allow_pickle=False`.
+scale, packed four to a byte; the file (`reflexfile.py`) is an `.npz` loaded with
+`allow_pickle=False` and checked field by field before use.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
-import json
 import math
-import zipfile
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -27,20 +25,15 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from optictx.errors import ConfigError, OptictxError
+from optictx.errors import ConfigError
 
-CHARSET = "".join(chr(c) for c in range(0x20, 0x7F))  # printable ASCII; class 0 is CTC's blank
-HEIGHT = 16  # px a line is scaled to: above a TINY line's own height, so nothing is lost there
-# ... and how much wider than that scale: a frame is 2 input px, and at 1.0 two narrow glyphs in
-# a row ("ll", "tt", "'.") get too few frames for CTC to put a blank between them
+from .reflexfile import CHARSET, HEIGHT, ReflexError, read
+
+# How much wider than HEIGHT a line is scaled: a frame is 2 input px, and at 1.0 two narrow
+# glyphs in a row ("ll", "tt", "'.") get too few frames for CTC to put a blank between them
 WIDEN = 1.5
-FORMAT = "optictx-reflex/1"
 WEIGHTS = "reflex.npz"  # shipped beside this module
 _INK_MAX = 160  # a crop whose darkest pixel is lighter than this has no ink: not read
-
-
-class ReflexError(OptictxError):
-    """A reflex model file is missing, damaged or of another format."""
 
 
 Box = tuple[int, int, int, int]
@@ -69,24 +62,6 @@ def batch_of(lines: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-# -- the file -----------------------------------------------------------------------------------
-
-def pack_ternary(w: np.ndarray) -> np.ndarray:
-    """-1/0/+1 values as 2-bit codes (0, 1, 2), four to a byte."""
-    codes = (np.asarray(w, dtype=np.int8).ravel() + 1).astype(np.uint8)
-    codes = np.concatenate([codes, np.ones(-len(codes) % 4, dtype=np.uint8)])
-    q = codes.reshape(-1, 4)
-    return (q[:, 0] | (q[:, 1] << 2) | (q[:, 2] << 4) | (q[:, 3] << 6)).astype(np.uint8)
-
-
-def unpack_ternary(packed: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    n = math.prod(shape)
-    codes = np.stack([(packed >> s) & 3 for s in (0, 2, 4, 6)], axis=1).ravel()[:n]
-    if codes.max(initial=0) > 2:
-        raise ReflexError("a ternary weight holds a code that is not -1, 0 or +1")
-    return (codes.astype(np.float32) - 1.0).reshape(shape)
-
-
 class ReflexModel:
     """The network's weights as float32 arrays (ternary values times their scales), and its
     forward pass over a batch of lines."""
@@ -99,32 +74,12 @@ class ReflexModel:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ReflexModel:
-        """The model in `path` (an `.npz` written by `save`), the shipped one by default."""
+        """The model in `path` (an `.npz` written by `save`), the shipped one by default, checked
+        field by field (`reflexfile.read`)."""
         source = Path(path) if path is not None else Path(str(resources.files(__package__) / WEIGHTS))
-        try:
-            data = source.read_bytes()
-            with np.load(io.BytesIO(data), allow_pickle=False) as f:
-                arrays = {k: f[k] for k in f.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ReflexError(f"{source}: not a readable reflex model ({exc})") from None
-        try:
-            meta = json.loads(bytes(arrays.pop("meta")).decode("utf-8"))
-            if meta.get("format") != FORMAT:
-                raise ReflexError(f"{source}: format {meta.get('format')!r}, this optictx reads {FORMAT}")
-            layers = []
-            for i, spec in enumerate(meta["layers"]):
-                shape = tuple(spec["shape"])
-                w = unpack_ternary(arrays[f"w{i}"], shape) * arrays[f"s{i}"].astype(np.float32).reshape(
-                    (-1,) + (1,) * (len(shape) - 1))
-                layers.append({**spec, "w": w, "b": arrays[f"b{i}"].astype(np.float32)})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ReflexError(f"{source}: damaged reflex model ({type(exc).__name__}: {exc})") from None
+        layers, meta, lm, data = read(source)
         model = cls(layers, meta)
-        lm = arrays.get("lm")
-        if lm is not None:
-            if lm.shape != (len(CHARSET) + 1, len(CHARSET) + 1):
-                raise ReflexError(f"{source}: damaged reflex model (a language model of shape {lm.shape})")
-            model.lm = lm.astype(np.float32)
+        model.lm = lm
         model.digest = hashlib.sha256(data).hexdigest()[:16]
         return model
 
@@ -236,25 +191,6 @@ def _conv1d(x: np.ndarray, w: np.ndarray, b: np.ndarray, dilation: int = 1) -> n
     span = dilation * (k - 1) + 1
     cols = np.lib.stride_tricks.sliding_window_view(padded, span, axis=1)[..., ::dilation]  # n, t, c, k
     return (cols.reshape(n * t, c * k) @ w.reshape(out_c, -1).T + b).reshape(n, t, out_c)
-
-
-def save(path: str | Path, layers: list[dict[str, Any]], meta: dict[str, Any], lm: np.ndarray | None = None) -> None:
-    """Write a model: each layer's `ternary` (-1/0/+1 ints), per-output-channel `scale` and
-    `bias`, and optionally the character language model (`char_lm`)."""
-    arrays: dict[str, np.ndarray] = {} if lm is None else {"lm": np.asarray(lm, dtype=np.float16)}
-    specs = []
-    for i, layer in enumerate(layers):
-        t = np.asarray(layer["ternary"])
-        if not np.isin(t, (-1, 0, 1)).all():
-            raise ConfigError(f"layer {i}: weights must be -1, 0 or +1")
-        arrays[f"w{i}"] = pack_ternary(t)
-        arrays[f"s{i}"] = np.asarray(layer["scale"], dtype=np.float16)
-        arrays[f"b{i}"] = np.asarray(layer["bias"], dtype=np.float16)
-        spec = {k: v for k, v in layer.items() if k not in ("ternary", "scale", "bias")}
-        specs.append({**spec, "shape": list(t.shape)})
-    body = {"widen": 1.0, **meta, "format": FORMAT, "layers": specs, "charset": CHARSET, "height": HEIGHT}
-    arrays["meta"] = np.frombuffer(json.dumps(body).encode("utf-8"), dtype=np.uint8)
-    np.savez_compressed(path, **arrays)
 
 
 # -- decoding -----------------------------------------------------------------------------------

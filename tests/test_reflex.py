@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from optictx import ConfigError
 from optictx.models import reflex
@@ -17,10 +19,8 @@ from optictx.models.reflex import (
     ctc_logprob,
     ctc_logprobs,
     greedy,
-    pack_ternary,
-    save,
-    unpack_ternary,
 )
+from optictx.models.reflexfile import pack_ternary, save, unpack_ternary
 
 
 def test_ternary_weights_pack_four_to_a_byte_and_come_back():
@@ -68,6 +68,92 @@ def test_damaged_foreign_and_pickled_files_are_refused_by_name(tmp_path):
         ReflexModel.load(other)
     with pytest.raises(ReflexError, match="missing.npz"):
         ReflexModel.load(tmp_path / "missing.npz")
+
+
+def _rewritten(tmp_path, source, name="bad.npz", meta=None, **arrays):
+    """`source` with its meta edited by `meta(m)` and some arrays replaced."""
+    import json
+
+    with np.load(source) as f:
+        out = {k: f[k] for k in f.files}
+    m = json.loads(bytes(out["meta"]).decode())
+    if meta is not None:
+        meta(m)
+    out["meta"] = np.frombuffer(json.dumps(m).encode(), dtype=np.uint8)
+    out.update(arrays)
+    path = tmp_path / name
+    np.savez(path, **out)
+    return path
+
+
+def _set(path, value):
+    def edit(m):
+        *head, last = path
+        node = m
+        for k in head:
+            node = node[k]
+        node[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, arrays, field", [
+    (None, {"b0": np.zeros(3, np.float16)}, "b0"),  # a bias of the wrong length
+    (None, {"s1": np.full(96, np.nan, np.float16)}, "s1"),  # NaN scales: every page illegible
+    (None, {"s0": np.full(4, np.inf, np.float16)}, "s0"),
+    (_set(["height"], 0), {}, "height"),
+    (_set(["height"], 10**6), {}, "height"),
+    (_set(["widen"], 1e9), {}, "widen"),
+    (_set(["widen"], 0), {}, "widen"),
+    (_set(["layers", 0, "pool"], [0, 2]), {}, "layers[0].pool"),
+    (_set(["layers", 0, "pool"], [2, 2, 2]), {}, "layers[0].pool"),
+    (_set(["layers", 0, "kind"], "attention"), {}, "layers[0].kind"),
+    (_set(["layers", 1, "shape"], [200, 32, 1]),  # more classes than the charset
+     {"w1": pack_ternary(np.zeros((200, 32, 1))), "s1": np.ones(200, np.float16), "b1": np.zeros(200, np.float16)},
+     "200"),
+    (_set(["layers", 1, "shape"], [96, 31, 1]), {}, "layers[1].shape[1]"),
+    (_set(["layers", 0, "shape"], [4, 1, 4, 4]), {}, "layers[0].shape"),
+    (_set(["layers", 0, "residual"], True), {}, "layers[0].residual"),
+    (_set(["layers", 0, "relu"], "yes"), {}, "layers[0].relu"),
+    (_set(["layers", 1, "dilation"], 0), {}, "layers[1].dilation"),
+    (_set(["layers"], []), {}, "layers"),
+    (_set(["charset"], "abc"), {}, "charset"),
+    (None, {"lm": np.full((96, 96), np.nan, np.float16)}, "lm"),
+    (None, {"w0": np.zeros(3, np.uint8)}, "w0"),
+])
+def test_a_model_file_that_means_nothing_is_refused_by_field(tmp_path, edit, arrays, field):
+    path = _rewritten(tmp_path, _tiny_model(tmp_path, np.random.default_rng(1)), meta=edit, **arrays)
+    with pytest.raises(ReflexError) as err:
+        ReflexModel.load(path)
+    assert field in str(err.value) and "bad.npz" in str(err.value)
+
+
+def test_a_small_file_that_inflates_to_gigabytes_is_refused_before_inflating(tmp_path):
+    import zipfile
+
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z, z.open("w0.npy", "w", force_zip64=True) as f:
+        chunk = bytes(2**24)
+        for _ in range(2**31 // len(chunk)):
+            f.write(chunk)
+    assert bomb.stat().st_size < 4 * 2**20
+    with pytest.raises(ReflexError, match="inflates to"):
+        ReflexModel.load(bomb)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layer=st.integers(0, 1), key=st.sampled_from(["kind", "shape", "pool", "dilation", "residual", "relu"]),
+       value=st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(), st.text(max_size=5),
+                       st.lists(st.integers(-2, 200), max_size=5)))
+def test_any_edit_of_a_layer_loads_a_model_that_reads_or_is_refused(tmp_path, layer, key, value):
+    path = _rewritten(tmp_path, _tiny_model(tmp_path, np.random.default_rng(1)),
+                      meta=_set(["layers", layer, key], value))
+    try:
+        model = ReflexModel.load(path)
+    except ReflexError:
+        return
+    lines = [np.random.default_rng(2).random((16, w)).astype(np.float32) for w in (40, 64)]
+    logp = model.logits(batch_of(lines))  # what loads, reads: no raw exception at read time
+    assert logp.shape[2] == len(CHARSET) + 1 and np.isfinite(logp).all()
 
 
 def test_ctc_forward_probability_matches_torch():
