@@ -19,6 +19,8 @@ from .io import read_jsonl
 from .memory import Memory
 from .promptcache import CACHE_PRICING as BILL_PROVIDERS
 from .report import contact_sheet, plan_table, printable
+from .serve.flags import add_arguments as add_serve_arguments
+from .serve.flags import config_from
 from .turns import Turn, to_turn
 
 T = TypeVar("T")
@@ -280,32 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("--model", help="vlm backend: model name")
     niah.set_defaults(func=cmd_niah)
     serve = sub.add_parser("serve", help="a memory proxy for the OpenAI and Anthropic APIs, with a dashboard")
-    serve.add_argument("--upstream", help="OpenAI-compatible base URL, with its /v1 (e.g. https://api.openai.com/v1)")
-    serve.add_argument("--anthropic-upstream", help="Anthropic base URL (e.g. https://api.anthropic.com)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
-                       help="cost model; auto: by each request's model name (default)")
-    serve.add_argument("--budget", type=int, default=128_000,
-                       help="hard cap on context tokens per request (default 128000); below it, the prompt is "
-                       "only compacted where that pays under the provider's cache prices")
-    serve.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
-    serve.add_argument("--no-pin-task", dest="pin_task", action="store_false",
-                       help="let the first user message (the task) fade like any other turn")
-    serve.add_argument("--store", help="where memories outlive restarts (default: nowhere): a folder of SQLite "
-                       "files, or a postgresql://user@host/db URL that several replicas share")
-    serve.add_argument("--allow-remote", action="store_true",
-                       help="bind a non-loopback host; clients must then send OPTICTX_PROXY_KEY as X-Optictx-Key")
-    serve.add_argument("--max-body-bytes", type=int, default=32 * 2**20)
-    serve.add_argument("--max-open", type=int, default=64,
-                       help="conversations kept open in memory, each with up to 32 MiB of page images (default 64)")
-    serve.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds (default 600)")
-    serve.add_argument("--max-inflight-bytes", type=int, default=256 * 2**20,
-                       help="request bytes held at once, all requests together (default 256 MiB; 503 beyond)")
-    serve.add_argument("--max-answer-bytes", type=int, default=256 * 2**20,
-                       help="largest whole upstream answer relayed (default 256 MiB; streams pass through)")
-    serve.add_argument("--lock-wait", type=float, default=30.0,
-                       help="seconds a request waits for its conversation's previous one (default 30; 429 beyond)")
+    add_serve_arguments(serve)
     serve.set_defaults(func=cmd_serve)
     bill = sub.add_parser("bill", help="what recorded sessions cost, request by request, as they came and "
                           "through optictx, with the provider's prompt cache counted")
@@ -378,16 +355,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .errors import need
 
     need("starlette", "serve"), need("uvicorn", "serve"), need("httpx", "serve")
-    from .serve import ServeConfig, run
+    from .serve import run
 
-    config = ServeConfig.make(
-        upstream=args.upstream, anthropic_upstream=args.anthropic_upstream, host=args.host, port=args.port,
-        vision=args.vision, budget=args.budget, keep_recent=args.keep_recent, pin_task=args.pin_task,
-        store=args.store or None, allow_remote=args.allow_remote,
-        proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None, max_body_bytes=args.max_body_bytes,
-        upstream_timeout=args.upstream_timeout, max_open=args.max_open,
-        max_inflight_bytes=args.max_inflight_bytes, max_answer_bytes=args.max_answer_bytes, lock_wait=args.lock_wait)
-    run(config)
+    run(config_from(args))
     return 0
 
 

@@ -46,6 +46,7 @@ class Upstream:
     delay: float = 0.0  # seconds before each answer
     keep: bool = True  # False (benchmarks): nothing recorded or parsed, every POST gets one fixed answer
     reply: str = "Hello from upstream, streamed in pieces."
+    stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -153,6 +154,8 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 self._send(200, json.dumps(answer).encode(), {"x-request-id": "req-upstream-1"})
                 return
             events = (_anthropic_events if anthropic else _openai_events)(model, state.reply)
+            if state.stream_body is not None:
+                events = [state.stream_body[i : i + 2**16] for i in range(0, len(state.stream_body), 2**16)]
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
@@ -166,7 +169,8 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                     return
                 self.wfile.write(f"{len(e):x}\r\n".encode() + e + b"\r\n")
                 self.wfile.flush()
-                time.sleep(0.002)
+                if state.stream_body is None:
+                    time.sleep(0.002)
             self.wfile.write(b"0\r\n\r\n")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -29,22 +29,27 @@ class ServeConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    upstream: str | None = None
-    anthropic_upstream: str | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(8765, ge=0, le=65535)
-    vision: str = "auto"
+    upstream: str | None = Field(None, description="OpenAI-compatible base URL, with its /v1 "
+                                 "(e.g. https://api.openai.com/v1)")
+    anthropic_upstream: str | None = Field(None, description="Anthropic base URL (e.g. https://api.anthropic.com)")
+    host: str = Field("127.0.0.1", description="address to bind")
+    port: int = Field(8765, ge=0, le=65535, description="port to bind")
+    vision: str = Field("auto", description="cost model; auto: by each request's model name")
     # A hard cap, under every current model's context window: below it, compactions happen only
     # where they pay under the provider's cache prices (prefix.py).
-    budget: int = Field(128_000, ge=1)
-    keep_recent: int = Field(4, ge=0)
+    budget: int = Field(128_000, ge=1, description="hard cap on context tokens per request; below it, the prompt "
+                        "is only compacted where that pays under the provider's cache prices")
+    keep_recent: int = Field(4, ge=0, description="turns kept as text")
     pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
-    store: Path | str | None = None  # a folder of SQLite files, or a postgresql:// URL (replicas)
-    allow_remote: bool = False
-    proxy_key: str | None = Field(None, repr=False, min_length=16)
+    store: Path | str | None = Field(None, description="where memories outlive restarts (default: nowhere): a "
+                                     "folder of SQLite files, or a postgresql://user@host/db URL replicas share")
+    allow_remote: bool = Field(False, description="bind a non-loopback host; clients must then send "
+                               "OPTICTX_PROXY_KEY as X-Optictx-Key")
+    proxy_key: str | None = Field(None, repr=False, min_length=16)  # from OPTICTX_PROXY_KEY, never a flag
     max_body_bytes: int = Field(32 * 2**20, ge=1024, description="largest request body taken (413 beyond)")
     upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
-    max_open: int = Field(64, ge=1, description="conversations kept open in memory (least recent closed)")
+    max_open: int = Field(64, ge=1, description="conversations kept open in memory, each with up to "
+                          "--image-cache-bytes of page images (the least recent is closed)")
     image_cache_bytes: int = Field(32 * 2**20, ge=0, description="each open conversation's page image cache")
     max_inflight_bytes: int = Field(256 * 2**20, ge=1024, description="request bytes held at once, all requests "
                                     "together (503 with Retry-After beyond)")

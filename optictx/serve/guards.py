@@ -10,7 +10,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from .config import ServeConfig, is_loopback
 from .dialect import ApiError
@@ -102,6 +102,9 @@ async def body(request: Request, limit: int, inflight: InFlight) -> bytes:
             inflight.take(len(chunk))
             size += len(chunk)
             chunks.append(chunk)
+    except ClientDisconnect:
+        inflight.give(size)
+        raise ApiError("the client left before its request was read", status=400) from None
     except BaseException:
         inflight.give(size)
         raise

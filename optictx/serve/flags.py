@@ -1,0 +1,42 @@
+"""`optictx serve`'s command line, made from ServeConfig's fields: each setting has one default
+and one description, in config.py, and one flag here (`--max-body-bytes` for `max_body_bytes`).
+The proxy key comes from the environment only (OPTICTX_PROXY_KEY), never from a flag that `ps`
+would show."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ..cost import COST_MODELS
+from .config import ServeConfig
+
+_SECRET = "proxy_key"
+
+
+def _kind(annotation: Any) -> type:
+    return next((t for t in (bool, int, float) if annotation is t), str)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for name, field in ServeConfig.model_fields.items():
+        if name == _SECRET:
+            continue
+        flag, kind, default = "--" + name.replace("_", "-"), _kind(field.annotation), field.default
+        about = field.description or ""
+        if kind is bool:  # a switch away from the default
+            flag = flag if not default else "--no-" + flag[2:]
+            parser.add_argument(flag, dest=name, action="store_false" if default else "store_true",
+                                help=about if not default else f"do not {about}")
+            continue
+        shown = "" if default is None else f" (default {default})"
+        extra = {"choices": ["auto", *COST_MODELS]} if name == "vision" else {}
+        parser.add_argument(flag, type=kind, default=default, help=about + shown, **extra)
+
+
+def config_from(args: argparse.Namespace) -> ServeConfig:
+    """The settings the flags and the environment give (ConfigError naming a bad one)."""
+    fields = {name: getattr(args, name) for name in ServeConfig.model_fields if name != _SECRET}
+    return ServeConfig.make(**{**fields, "store": fields["store"] or None},
+                            proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None)
