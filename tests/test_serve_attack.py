@@ -178,6 +178,29 @@ def test_a_paid_answer_reaches_the_client_whatever_the_model_name(upstream, tmp_
         p.stop()
 
 
+def test_a_paid_answer_reaches_the_client_when_its_record_cannot_be_stored(upstream, tmp_path):
+    p = _serve(upstream, store=str(tmp_path / "s"))
+    try:
+        before = httpx.get(p.url + "/optictx/api/status").json()["incidents"].get("answer relayed, record lost", 0)
+        upstream.delay = 1.0
+        box: list[httpx.Response] = []
+        t = threading.Thread(target=lambda: box.append(_chat(p.url, timeout=60)))
+        t.start()
+        time.sleep(0.5)  # the request is with the upstream: its turns are in, its record is not
+        ledger = sqlite3.connect(tmp_path / "s" / "optictx-serve.db", isolation_level=None)
+        ledger.execute("BEGIN EXCLUSIVE")  # another process holds the proxy's records for long
+        try:
+            t.join(60)
+        finally:
+            ledger.execute("ROLLBACK")
+            ledger.close()
+        assert box[0].status_code == 200 and "Hello" in box[0].text
+        after = httpx.get(p.url + "/optictx/api/status").json()["incidents"]["answer relayed, record lost"]
+        assert after == before + 1  # counted, not only logged
+    finally:
+        p.stop()
+
+
 @pytest.mark.parametrize("tools", [7, "run", {"name": "run"}, [1, 2], [None]])
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
 def test_tools_that_are_not_a_list_of_objects_are_a_400(proxy, upstream, tools, path):

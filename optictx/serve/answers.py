@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 import sqlite3
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response
@@ -21,8 +22,15 @@ def error(dialect: Dialect, exc: ApiError) -> JSONResponse:
     return JSONResponse(dialect.error(exc), exc.status, headers=exc.headers)
 
 
-def incident(what: str) -> str:
-    """A short id for a failure whose details go to the log only (they may name files, hosts)."""
+# Failures since start, by what failed (`GET /optictx/api/status`): an operator sees them
+# counted, not only logged.
+INCIDENTS: Counter[str] = Counter()
+
+
+def incident(what: str, kind: str = "error") -> str:
+    """A short id for a failure whose details go to the log only (they may name files, hosts),
+    counted under `kind`."""
+    INCIDENTS[kind] += 1
     code = secrets.token_hex(4)
     log.exception("%s (incident %s)", what, code)
     return code
@@ -40,10 +48,10 @@ def refused(exc: Exception) -> ApiError:
     if isinstance(exc, OptictxError) and isinstance(exc, ValueError):  # its own request: said as it is
         return ApiError(f"optictx: {exc}", status=400)
     if _store_trouble(exc):
-        code = incident("the conversation store could not be used")
+        code = incident("the conversation store could not be used", "store unavailable")
         return ApiError(f"optictx: the conversation store is unavailable or damaged (incident {code}, in the "
                         "proxy's log); retry later", status=503, kind="overloaded_error", retry_after=5)
-    code = incident("a request failed")
+    code = incident("a request failed", "internal error")
     return ApiError(f"optictx: an internal error (incident {code}, in the proxy's log)", status=500,
                     kind="api_error")
 

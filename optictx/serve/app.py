@@ -123,7 +123,8 @@ class Server:
                     billed = usage_record(usage, sent.vision, sent.model)
                     await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=status, **billed))
                 except Exception:
-                    incident(f"conversation {sent.conversation}: the request's record was not stored")
+                    incident(f"conversation {sent.conversation}: the request's record was not stored",
+                             "answer relayed, record lost")
 
             upstream = self.upstream(dialect)
             if await request.is_disconnected():  # nobody to answer: nothing is sent upstream

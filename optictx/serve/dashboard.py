@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..report import contact_sheet
-from .answers import answered
+from .answers import INCIDENTS, answered
 from .conversations import tenant_of
 from .openai_api import OPENAI
 
@@ -55,6 +55,10 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         rows = await run_in_threadpool(proxy.ledger.requests, tenant, cid)
         return JSONResponse({"id": cid, "requests": rows})
 
+    async def status(request: Request) -> Response:
+        """What went wrong since start, counted (details in the log): the same for every tenant."""
+        return JSONResponse({"incidents": dict(INCIDENTS)})
+
     async def contact(request: Request) -> Response:
         conv = proxy.conversations.find(tenant_of(request.headers), request.path_params["cid"])
         if conv is None or conv.last is None:
@@ -69,5 +73,6 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
 
     return [Route("/optictx/", guard(index)),
             Route("/optictx/api/conversations", guard(conversations)),
+            Route("/optictx/api/status", guard(status)),
             Route("/optictx/api/conversations/{cid}", guard(conversation)),
             Route("/optictx/api/conversations/{cid}/contact.png", guard(contact))]
