@@ -66,8 +66,13 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
         # where the cache reads for free (a local prefill): most calls skip weighing one.
         if pricing.read > 0 and sealed != state.tried:
             cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
-            if cand is not None and _pays(pricing, policy, state, ctx, cand[0], budget.limit):
-                return _done((cand[0], replace(cand[1], tried=sealed)), state, state.compactions + 1, "paid")
+            ext = _extended(state, cand[1], tail, build, budget, cost, policy, ceiling) if cand else None
+            gains = [(_gain(pricing, policy, state, ctx, c[0], budget.limit), k, c)
+                     for k, c in enumerate((cand, ext)) if c is not None]
+            if gains:
+                gain, _, best = max(gains, key=lambda g: g[:2])
+                if gain > 0:
+                    return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid")
         kept = replace(frozen, base=state.base, since=state.since, tried=sealed)
         return _done((ctx, kept), state, state.compactions, "append")
     if append is not None:  # the first call, and the conversation fits as it came
@@ -115,8 +120,9 @@ def _digest(keys: Sequence[str]) -> str:
     return hashlib.sha256("\0".join(keys).encode()).hexdigest()[:24]
 
 
-def _pays(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int) -> bool:
-    """Whether compacting now beats appending over the calls to come (in base-input tokens).
+def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int) -> float:
+    """What compacting to `cand` now saves over appending, over the calls to come, less what it
+    costs more now (in base-input tokens); at most 0 when it saves nothing per call.
 
     The calls to come are `policy.horizon` times the calls so far, but no more than the calls
     until appending reaches the budget (at the growth per call since the last compaction): a
@@ -129,7 +135,9 @@ def _pays(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     if growth > 0:
         ahead = min(ahead, (limit - append.tokens) / growth)
     saved = pricing.steady(append.tokens) - pricing.steady(cand.tokens)
-    return pricing.rewrite_pays(saved, cost_cand - cost_append, ahead)
+    if not pricing.rewrite_pays(saved, cost_cand - cost_append, ahead):
+        return 0.0
+    return ahead * saved - (cost_cand - cost_append)
 
 
 def piece_tokens(ctx: Context, n: int) -> int:
@@ -217,7 +225,9 @@ def _compact(base: Snapshot, tail: Since, build: Build, budget: Budget, cost: Co
     cut at its last imaged sealed page; tried at smaller targets while its cut does not fit.
     None when none fits (BudgetError when not even the fixed turns do)."""
     limit = budget.limit if ceiling is None else min(budget.limit, ceiling)  # never costlier than as it came
-    target = limit if first else max(1, int(limit * (1 - policy.headroom)))
+    # The headroom is against the hard budget (the next forced compaction far away), never
+    # against the conversation's own size: that would drop pages to save money, not image them.
+    target = limit if first else max(1, min(limit, int(budget.limit * (1 - policy.headroom))))
     image_cap = policy.limits.image_cap(cost.max_images)
     for _ in range(4):
         try:
@@ -225,18 +235,46 @@ def _compact(base: Snapshot, tail: Since, build: Build, budget: Budget, cost: Co
         except BudgetError:
             return None  # a smaller target than the fixed turns need: the caller plans at the budget
         frozen = _freeze(stateless, base.pack, tail, fixed)
-        made = frozen_plan(frozen, tail(frozen.upto), cost) if frozen is not None else None
-        if made is None:
+        if frozen is None:
             return None
-        snap, fplan = made
-        tokens = fplan.tokens + _factsheet_tokens(snap, fplan)
-        over = tokens - limit
-        if over <= 0 and (image_cap is None or _images(snap, fplan) <= image_cap):
-            return build(snap, fplan), frozen
-        target = max(1, target - max(over, limit // 8))
+        made = _fitted(frozen, tail, build, cost, limit, image_cap)
+        if made is None or isinstance(made, tuple):
+            return made
+        target = max(1, target - max(made, limit // 8))
         if target <= 1:
             break
     return None
+
+
+def _fitted(frozen: Frozen, tail: Since, build: Build, cost: CostModel, limit: int, image_cap: int | None
+            ) -> tuple[Context, Frozen] | int | None:
+    """The context a frozen state gives, if it fits `limit` and the images cap; else the tokens
+    it is over (0 when only the images cap is), or None when its pages are not this memory's."""
+    made = frozen_plan(frozen, tail(frozen.upto), cost)
+    if made is None:
+        return None
+    snap, fplan = made
+    over = fplan.tokens + _factsheet_tokens(snap, fplan) - limit
+    if over <= 0 and (image_cap is None or _images(snap, fplan) <= image_cap):
+        return build(snap, fplan), frozen
+    return max(0, over)
+
+
+def _extended(state: Frozen, cand: Frozen, tail: Since, build: Build, budget: Budget, cost: CostModel,
+              policy: Policy, ceiling: int | None) -> tuple[Context, Frozen] | None:
+    """A compaction that keeps the frozen front: the state's pages at their tiers and their
+    factsheet lines, then the pages `cand` (a compaction planned afresh) freezes after them. It
+    writes only what follows the old front, where a compaction planned afresh may re-decide a
+    page near the front (a page kept as text last time, imaged now) and so write nearly all of
+    the prompt again. None when it adds no page or does not fit."""
+    n = len(state.pages)
+    if len(cand.pages) <= n or [d for d, _ in cand.pages[:n]] != [d for d, _ in state.pages]:
+        return None
+    factsheet = tuple(sorted({*state.factsheet, *((place, text) for place, text in cand.factsheet if place >= n)}))
+    extended = replace(cand, pages=state.pages + cand.pages[n:], factsheet=factsheet)
+    limit = budget.limit if ceiling is None else min(budget.limit, ceiling)
+    made = _fitted(extended, tail, build, cost, limit, policy.limits.image_cap(cost.max_images))
+    return made if isinstance(made, tuple) else None
 
 
 def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]) -> Frozen | None:

@@ -141,6 +141,22 @@ def test_an_agent_loop_costs_no_more_than_the_conversation_as_it_came(sample, vi
     assert _price(ours, pricing) < _price(theirs, pricing)
 
 
+@pytest.mark.parametrize("vision", ["anthropic", "openai:gpt-4o"])
+def test_at_the_defaults_the_saving_comes_from_pages_not_from_forgetting(sample, vision):
+    """Under a budget everything fits (no hard cap reached, under the images cap), no page is
+    dropped: a paid compaction images pages, it never forgets them."""
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision)
+    events = []
+    for m in sample:
+        mem.add(m)
+        if m["role"] == "assistant":
+            continue
+        ctx = mem.context()
+        events.append(ctx.event)
+        assert not ctx.gone, (ctx.event, len(ctx.gone))
+    assert "paid" in events
+
+
 def test_the_plan_state_survives_a_reopen(sample, backend):
     spec = backend.spec()
     one = Memory(budget=Budget(tokens=5000), keep_recent=4, store=spec)
