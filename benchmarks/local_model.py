@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 
 from optictx import AgeLadder, Budget, Memory, Tier
-from optictx.memory import turn_tokens
 from optictx.models import OpticalModel, encode, tiny_deepseek_ocr2, tiny_unlimited_ocr, views
 from optictx.sample import sample_conversation
+from optictx.turnindex import turn_tokens
 
 
 def encode_times(model, seg, repeat: int = 3) -> dict[str, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -10,36 +9,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .assemble import assemble
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import ConfigError, StoreError
+from .errors import ConfigError
 from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
-from .lru import LRU
-from .native import image_sizes, images_cost
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
-from .plan import Plan, Snapshot, plan, safe_cuts
-from .planstate import PlanStates, Tail, state_key, tail_turns
+from .plan import Snapshot, safe_cuts
+from .planning import Planning
 from .policy import Fitter, Ladder, Policy
-from .prefix import next_plan
 from .renderers import Layout, RenderConfig
 from .settings import as_budget, as_render, check_int, from_meta, to_meta
 from .store import MemoryStore, Store, open_store
-from .tiers import Tier
-from .tokens import Tokenizer, get_tokenizer
+from .tokens import get_tokenizer
+from .turnindex import TurnIndex
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
-
-
-def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
-    """Text tokens of a turn as the consumer reads it natively (content and tool calls)."""
-    return sum(tok.count(s) for s in turn.texts)
 
 
 class Memory:
@@ -91,8 +81,6 @@ class Memory:
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._lock = threading.RLock()
         self._store = self._open_store(store)
-        self._floor_key: str | None = None  # the gate whose stored floors were taken in
-        self._floors_stored: set[str] = set()  # page digests whose floors the store holds
         self._load()
 
     # The policy's fields, readable and settable on the memory (a new policy takes effect on the
@@ -119,22 +107,12 @@ class Memory:
         self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
         # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
         self._packer.restore(self._store.load_pages(self._packer.key))
-        self._system: list[Turn] = []
-        self._pinned: list[Turn] = []
+        self._index = TurnIndex(self.tokenizer)  # per-turn facts, system and pinned turns
         self._recent: list[Turn] = []  # turns not on a sealed page yet
-        self._native: list[int] = []  # turn id -> its native text tokens (ids count 0, 1, 2, ...)
-        self._images: dict[int, tuple[tuple[int, int] | None, ...]] = {}  # turn id -> its images' sizes
         # Exact strings of packed turns, found the first time a context images them; the turns
         # themselves are read back from the store.
         self._facts = TurnFacts(self._store.get)
-        # sticky: (budget, vision) -> the sealed pages' tiers in its last context; a few budgets
-        # in use at once, not every one ever asked
-        self._last_tiers: LRU[tuple[int, str], list[Tier]] = LRU(max_items=8)
-        self._plans = PlanStates(self._store)  # the append-only plan per (budget, consumer), stored
-        self._tail = Tail(self._store)  # turns from the frozen front's end on, kept after they are read
-        self._count = 0
-        self._text_total = 0
-        self._last_id = -1
+        self._planning = Planning(self._store, self.images, self.gate)  # the plan state between calls
         self._sync()
 
     # -- persistence ------------------------------------------------------------------------
@@ -150,7 +128,7 @@ class Memory:
 
     def _sync(self) -> None:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
-        for turn in self._store.since(self._last_id):
+        for turn in self._store.since(self._index.last_id):
             self._ingest(turn)
         if self._packer.has_unsaved:
             self._store.save_pages(self._packer.key, *self._packer.unsaved())
@@ -210,21 +188,10 @@ class Memory:
             return stored
 
     def _ingest(self, turn: Turn) -> None:
-        if turn.id != self._last_id + 1:  # stores count 0, 1, 2, ...
-            raise StoreError(f"the store returned turn {turn.id} after turn {self._last_id}: ids must follow "
-                             "one another; the store is damaged or not an optictx store")
-        self._last_id = turn.id
-        self._count += 1
-        n = turn_tokens(turn, self.tokenizer)
-        self._native.append(n)
-        if sizes := image_sizes(turn):
-            self._images[turn.id] = sizes
-        self._text_total += n
+        recent = self._index.note(turn)
         self._facts.note(turn)
-        self._tail.note(turn)
-        if turn.role == "system" or turn.pinned:
-            (self._system if turn.role == "system" else self._pinned).append(turn)
-        else:
+        self._planning.note(turn)
+        if recent:
             self._recent.append(turn)
             self._pack_overflow()
 
@@ -256,7 +223,7 @@ class Memory:
     def __len__(self) -> int:
         with self._lock:
             self._sync()
-            return self._count
+            return len(self._index)
 
     @property
     def pages(self) -> list[Page]:
@@ -279,71 +246,26 @@ class Memory:
     def _context(self, budget: Budget | int | None, vision: str | CostModel | None, commit: bool = True) -> Context:
         budget = self.budget if budget is None else as_budget(budget)
         cost = self.vision if vision is None else get_cost_model(vision)
-        if self.policy.cache:
-            return self._appended(budget, cost, commit)
-        snap = self._snapshot(budget, cost)
-        fitted = plan(snap, budget, cost, self.policy)
-        if self.policy.sticky:
-            self._last_tiers[budget.limit, cost.name] = fitted.tiers[: len(snap.pack.sealed)]
-        return assemble(snap, fitted, budget, cost, self.images)
-
-    def _appended(self, budget: Budget, cost: CostModel, commit: bool) -> Context:
-        key = state_key(budget, cost, self.policy)
-        fixed = {t.id for t in (*self._system, *self._pinned)}
-
-        def tail(upto: int) -> Snapshot:
-            return self._snapshot(budget, cost, recent=tail_turns(self._tail.since(upto), upto, fixed))
-
-        def build(snap: Snapshot, fitted: Plan) -> Context:
-            return assemble(snap, fitted, budget, cost, self.images)
-
-        ctx, state, _ = next_plan(self._plans.get(key), lambda: self._snapshot(budget, cost), tail, build,
-                                      budget, cost, self.policy)
-        if commit:
-            if self.policy.sticky:  # what a compaction may not sharpen (plan.never_sharper)
-                tiers = {s.page.index: s.tier for s in ctx.pages} | {p.index: Tier.GONE for p in ctx.gone}
-                self._last_tiers[budget.limit, cost.name] = [tiers.get(i, Tier.GONE) for i in range(len(tiers))]
-            self._plans.put(key, state)
-            self._tail.keep_from(min(s.upto for s in self._plans.values()))
-        return ctx
+        fixed = {t.id for t in (*self._index.system, *self._index.pinned)}
+        return self._planning.context(self._snapshot, budget, cost, self.policy, fixed, commit)  # type: ignore[arg-type]
 
     def _snapshot(self, budget: Budget, cost: CostModel, recent: Sequence[Turn] | None = None) -> Snapshot:
         """This memory as planning reads it now (the caller holds the lock); `recent`: these turns
         in place of the ones not on pages (prefix.py's tail)."""
-        pack = self._packer.view()
+        pack, index = self._packer.view(), self._index
         # The gate reads sealed pages only: unsealed ones change with every turn, and they are
         # the newest, which the ladder keeps sharpest.
-        floors = tuple(self._floors(pack.sealed)) if self.gate else ()
-        last = tuple(self._last_tiers.get((budget.limit, cost.name)) or ()) if self.policy.sticky else ()
+        floors = tuple(self._planning.floors(pack.sealed)) if self.gate else ()
+        last = self._planning.last_tiers(budget, cost) if self.policy.sticky else ()
         # The whole transcript is read back only when its text alone fits: then it may go as it came.
-        verbatim = recent is None and self.policy.verbatim and self._text_total <= budget.limit
+        verbatim = recent is None and self.policy.verbatim and index.text_total <= budget.limit
         # (Other writers' turns past the last one taken in are left for the next sync.)
-        transcript = tuple(self._store.since(-1)[: self._last_id + 1]) if verbatim else None
+        transcript = tuple(self._store.since(-1)[: index.last_id + 1]) if verbatim else None
         recent = self._recent if recent is None else recent
-        turns = (*(transcript or ()), *self._system, *self._pinned, *recent)
-        tokens = {t.id: self._native[t.id] for t in turns}  # type: ignore[index]
-        images = {t.id: self._images[t.id] for t in turns if t.id in self._images}
-        return Snapshot(tuple(self._system), tuple(self._pinned), tuple(recent), tokens, pack,
+        tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *recent))
+        return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
                         self.tokenizer.count, images, floors, last, self._facts, transcript,
-                        self._text_total, tuple(s for sizes in self._images.values() for s in sizes))
-
-    def _floors(self, sealed: Sequence[Page]) -> list[Tier]:
-        """The gate's floors of `sealed`, with what the store holds taken in first and what was
-        newly read stored: a reopened memory does not read its pages again."""
-        gate = self.gate
-        assert gate is not None
-        key = gate.key
-        if key is not None and key != self._floor_key:  # this gate's first use here
-            # Only what the gate took counts as stored: a damaged row is read again and rewritten.
-            self._floor_key, self._floors_stored = key, gate.remember(self._store.load_floors(key))
-        floors = gate.floors(sealed, self.images)
-        if key is not None:
-            fresh = {p.digest: found for p in sealed if p.digest not in self._floors_stored
-                     for found in [gate.measured(p.digest)] if found is not None}
-            if fresh:
-                self._store.save_floors(key, {d: json.dumps(f) for d, f in fresh.items()})
-                self._floors_stored.update(fresh)
-        return floors
+                        index.text_total, index.all_images())
 
     def legibility(self) -> list[dict[str, Any]]:
         """Per sealed page, what the legibility gate found (reading the pages it has not read
@@ -354,7 +276,7 @@ class Memory:
             if self.gate is None:
                 raise ConfigError("legibility() needs a gate: Memory(gate=LegibilityGate(reader))")
             sealed = self._packer.view().sealed
-            self._floors(sealed)
+            self._planning.floors(sealed)
             return [{"page": n, "turns": [p.turn_ids[0], p.turn_ids[-1]], **(self.gate.measured(p.digest) or {})}
                     for n, p in enumerate(sealed)]
 
@@ -364,7 +286,7 @@ class Memory:
         cost = self.vision if vision is None else get_cost_model(vision)
         with self._lock:
             self._sync()
-            return self._text_total + sum(images_cost(sizes, cost) for sizes in self._images.values())
+            return self._index.original_tokens(cost)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""
@@ -372,9 +294,9 @@ class Memory:
         report = ctx.report()
         return {
             "turns": len(self),
-            "text_tokens": self._text_total,
+            "text_tokens": self._index.text_total,
             "context_tokens": ctx.tokens,
-            "ratio": round(self._text_total / ctx.tokens, 2) if ctx.tokens else None,
+            "ratio": round(self._index.text_total / ctx.tokens, 2) if ctx.tokens else None,
             "pages": report["pages"],
             "sealed_pages": len(self._packer.sealed),
             "vision": ctx.vision.name,

@@ -11,8 +11,8 @@ from conftest import needs, needs_tesseract
 from PIL import Image
 
 from optictx.eval.niah import NiahConfig, haystack, insert, make_needles, run
-from optictx.memory import turn_tokens
 from optictx.tokens import get_tokenizer
+from optictx.turnindex import turn_tokens
 
 
 def test_builtin_haystack_is_reproducible_and_long_enough():

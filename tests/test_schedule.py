@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.context import PageSegment
-from optictx.memory import turn_tokens
 from optictx.native import image_sizes, images_cost
 from optictx.plan import schedule
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, page_costs
+from optictx.turnindex import turn_tokens
 
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VISIONS = st.sampled_from(list(COST_MODELS))

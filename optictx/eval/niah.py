@@ -43,11 +43,12 @@ from ..budget import Budget
 from ..context import Context
 from ..gate import LegibilityGate
 from ..io import read_jsonl
-from ..memory import Memory, turn_tokens
+from ..memory import Memory
 from ..renderers import RenderConfig
 from ..sample import prose_corpus, sample_conversation
 from ..tiers import Tier
 from ..tokens import get_tokenizer
+from ..turnindex import turn_tokens
 from ..turns import Turn, to_turn
 
 NeedleKind = Literal["number", "uuid", "multikey", "multivalue", "multiquery", "free"]
