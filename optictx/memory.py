@@ -12,14 +12,13 @@ from typing import Any
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .errors import ConfigError
 from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
-from .plan import Snapshot, safe_cuts
+from .plan import Snapshot, overflow
 from .planning import Planning
 from .policy import Fitter, Ladder, Policy
 from .renderers import Layout, RenderConfig
@@ -30,6 +29,12 @@ from .turnindex import TurnIndex
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
+
+
+def _policy_field(name: str, *, settable: bool = False) -> Any:
+    """A field of the memory's policy as an attribute of the memory."""
+    return property(lambda self: getattr(self.policy, name),
+                    (lambda self, v: self._set_policy(**{name: v})) if settable else None)
 
 
 class Memory:
@@ -85,18 +90,15 @@ class Memory:
 
     # The policy's fields, readable and settable on the memory (a new policy takes effect on the
     # next context: `mem.factsheet = None` for an optical-only context).
-    ladder: Ladder = property(lambda self: self.policy.ladder,  # type: ignore[assignment]
-                              lambda self, v: self._set_policy(ladder=v))
-    fitter: Fitter = property(lambda self: self.policy.fitter,  # type: ignore[assignment]
-                              lambda self, v: self._set_policy(fitter=v))
-    factsheet: Factsheet | None = property(lambda self: self.policy.factsheet,  # type: ignore[assignment]
-                                           lambda self, v: self._set_policy(factsheet=v))
-    limits: Limits = property(lambda self: self.policy.limits)  # type: ignore[assignment]
-    sticky_tiers: bool = property(lambda self: self.policy.sticky)  # type: ignore[assignment]
-    verbatim: bool = property(lambda self: self.policy.verbatim)  # type: ignore[assignment]
-    cache: bool = property(lambda self: self.policy.cache)  # type: ignore[assignment]
-    headroom: float = property(lambda self: self.policy.headroom)  # type: ignore[assignment]
-    horizon: float = property(lambda self: self.policy.horizon)  # type: ignore[assignment]
+    ladder: Ladder = _policy_field("ladder", settable=True)
+    fitter: Fitter = _policy_field("fitter", settable=True)
+    factsheet: Factsheet | None = _policy_field("factsheet", settable=True)
+    limits: Limits = _policy_field("limits")
+    sticky_tiers: bool = _policy_field("sticky")
+    verbatim: bool = _policy_field("verbatim")
+    cache: bool = _policy_field("cache")
+    headroom: float = _policy_field("headroom")
+    horizon: float = _policy_field("horizon")
 
     def _set_policy(self, **fields: Any) -> None:
         with self._lock:
@@ -196,13 +198,7 @@ class Memory:
             self._pack_overflow()
 
     def _pack_overflow(self) -> None:
-        cuts = safe_cuts(self._recent)
-        target = len(self._recent) - self.keep_recent
-        cut = max([c for c in cuts if c <= target] + [cuts[0]])
-        # Turns already on restored pages go back onto them, whatever keep_recent is now.
-        on_pages = sum(1 for t in self._recent if t.id <= self._packer.restored_upto)  # type: ignore[operator]
-        if cut < on_pages:
-            cut = min(c for c in cuts if c >= on_pages)
+        cut = overflow(self._recent, self.keep_recent, self._packer.restored_upto)
         for t in self._recent[:cut]:
             self._packer.add(t)
         del self._recent[:cut]
@@ -273,12 +269,7 @@ class Memory:
         or "text"), and per tier read the character error rate and the reader's confidence."""
         with self._lock:
             self._sync()
-            if self.gate is None:
-                raise ConfigError("legibility() needs a gate: Memory(gate=LegibilityGate(reader))")
-            sealed = self._packer.view().sealed
-            self._planning.floors(sealed)
-            return [{"page": n, "turns": [p.turn_ids[0], p.turn_ids[-1]], **(self.gate.measured(p.digest) or {})}
-                    for n, p in enumerate(sealed)]
+            return self._planning.legibility(self._packer.view().sealed)
 
     def original_tokens(self, vision: str | CostModel | None = None) -> int:
         """What the whole conversation costs sent as it came, under `vision` (default: the

@@ -197,6 +197,16 @@ def safe_cuts(recent: Sequence[Turn]) -> list[int]:
     return cuts
 
 
+def overflow(recent: Sequence[Turn], keep_recent: int, restored_upto: int) -> int:
+    """How many of the oldest recent turns go onto pages: all but `keep_recent`, at a safe cut;
+    never fewer than those already on restored pages (they go back onto them, whatever
+    keep_recent is now)."""
+    cuts = safe_cuts(recent)
+    cut = max([c for c in cuts if c <= len(recent) - keep_recent] + [cuts[0]])
+    on_pages = sum(1 for t in recent if t.id <= restored_upto)  # type: ignore[operator]
+    return cut if cut >= on_pages else min(c for c in cuts if c >= on_pages)
+
+
 def price_pages(pages: Sequence[Page], snap: Snapshot, cost: CostModel) -> list[PageCost]:
     """Every page's cost per tier: sealed pages by their counted text and the gate's floor, pages
     a preview fills by counting theirs (they change with every turn)."""

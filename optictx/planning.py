@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .assemble import assemble
 from .budget import Budget
 from .context import Context
 from .cost import CostModel
+from .errors import ConfigError
 from .gate import LegibilityGate
 from .images import PageImages
 from .lru import LRU
@@ -77,6 +79,14 @@ class Planning:
             self._plans.put(key, state)
             self._tail.keep_from(min(s.upto for s in self._plans.values()))
         return ctx
+
+    def legibility(self, sealed: Sequence[Page]) -> list[dict[str, Any]]:
+        """Per sealed page, what the gate found (`Memory.legibility`), reading what it had not."""
+        if self.gate is None:
+            raise ConfigError("legibility() needs a gate: Memory(gate=LegibilityGate(reader))")
+        self.floors(sealed)
+        return [{"page": n, "turns": [p.turn_ids[0], p.turn_ids[-1]], **(self.gate.measured(p.digest) or {})}
+                for n, p in enumerate(sealed)]
 
     def floors(self, sealed: Sequence[Page]) -> list[Tier]:
         """The gate's floors of `sealed`, with what the store holds taken in first and what was

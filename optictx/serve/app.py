@@ -100,7 +100,8 @@ class Server:
         except ApiError:
             raise
         except Exception as exc:  # a turn over the limits, a damaged store: said, never a crash
-            raise refused(exc) from exc
+            answer: ApiError = refused(exc)
+            raise answer from exc
         return parsed, fitted
 
     async def complete(self, request: Request, dialect: Dialect, path: str) -> Response:
