@@ -16,7 +16,7 @@ _LAZY = {
     "RSWACache": ".rswa", "RSWALayer": ".rswa", "rswa_cache": ".rswa", "rswa_mask": ".rswa",
     "WindowedNGramGuard": ".guard", "distinct_n": ".guard",
     "tiny_unlimited_ocr": ".tiny", "tiny_deepseek_ocr2": ".tiny", "tiny_tokenizer": ".tiny",
-    "Views": ".pages", "views": ".pages", "encode": ".pages",
+    "Views": ".pages", "views": ".families", "encode": ".pages",
     "Family": ".families", "FAMILIES": ".families", "family_of": ".families",
     "OpticalModel": ".optical", "OpticalInputs": ".optical", "VisualCache": ".optical", "build_inputs": ".optical",
     "UnlimitedOcrReader": ".optical",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from optictx.context import PageSegment
 from optictx.errors import ConfigError
 from optictx.readers import OCR_PROMPTS
 from optictx.tiers import Tier
@@ -45,3 +46,12 @@ def family_of(model_type: str) -> Family:
         return FAMILIES[model_type]
     except KeyError:
         raise ConfigError(f"a {model_type!r} model is not supported; OpticalModel runs {sorted(FAMILIES)}") from None
+
+
+def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimited_ocr") -> Views:
+    """The encoder input for `seg` at `tier` (default: its own tier), for a model whose config
+    has this `model_type` (`families.FAMILIES`)."""
+    tier = tier or seg.tier
+    if not tier.is_image:
+        raise ConfigError(f"a {tier.name} page has no image to encode")
+    return family_of(family).views(seg.image_at(tier), tier)

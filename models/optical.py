@@ -29,9 +29,9 @@ from optictx.lru import LRU
 from optictx.readers import CachedReader
 from optictx.tiers import Tier
 
-from .families import Family, family_of
+from .families import Family, family_of, views
 from .guard import WindowedNGramGuard
-from .pages import encode, views
+from .pages import encode
 from .rswa import DEFAULT_WINDOW, rswa_cache
 
 _TIER_OF_SIDE = {(t.side, t.side): t for t in (Tier.TINY, Tier.SMALL, Tier.BASE, Tier.LARGE)}

@@ -27,8 +27,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-from optictx.context import PageSegment
-from optictx.errors import ConfigError
 from optictx.tiers import Tier, gundam_views
 
 
@@ -45,17 +43,6 @@ def to_tensor(image: Image.Image) -> torch.Tensor:
     """RGB, scaled to [-1, 1] (mean 0.5, std 0.5: the processor's normalization)."""
     arr = np.asarray(image.convert("RGB"), dtype=np.float32)
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
-
-
-def views(seg: PageSegment, tier: Tier | None = None, *, family: str = "unlimited_ocr") -> Views:
-    """The encoder input for `seg` at `tier` (default: its own tier), for a model whose config
-    has this `model_type` (`families.FAMILIES`)."""
-    from .families import family_of
-
-    tier = tier or seg.tier
-    if not tier.is_image:
-        raise ConfigError(f"a {tier.name} page has no image to encode")
-    return family_of(family).views(seg.image_at(tier), tier)
 
 
 def deepencoder_views(image: Image.Image, tier: Tier) -> Views:

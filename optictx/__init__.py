@@ -23,9 +23,9 @@ from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
 from .limits import Limits
 from .memory import Memory
-from .policy import Fitter, Ladder, Policy
+from .policy import Policy
 from .renderers import RenderConfig, RenderError
-from .schedule import AgeLadder, DropOldest, OldestFirst
+from .schedule import AgeLadder, DropOldest, Fitter, Ladder, OldestFirst
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 from .turns import ToolCall, Turn

@@ -16,7 +16,7 @@ from .turns import Turn
 
 if TYPE_CHECKING:
     from .plan import Plan
-    from .policy import Fitter
+    from .schedule import Fitter
 
 Lines = list[tuple[int, str]]  # (turn id, line)
 

@@ -20,8 +20,9 @@ from .limits import Limits
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
 from .plan import Snapshot, overflow
 from .planning import Planning
-from .policy import Fitter, Ladder, Policy
+from .policy import Policy
 from .renderers import Layout, RenderConfig
+from .schedule import Fitter, Ladder
 from .settings import as_budget, as_render, check_int, from_meta, to_meta
 from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer

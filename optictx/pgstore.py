@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import StoreError, need
-from .store import decode_meta, decode_turns, dump_turn, gap_free, intact_floors, intact_pages, load_turn, seal
+from .rowcodec import decode_meta, decode_turns, dump_turn, gap_free, intact_floors, intact_pages, load_turn, seal
 from .turns import Turn
 
 psycopg = need("psycopg", "postgres")

@@ -30,8 +30,8 @@ from .errors import BudgetError
 from .factlines import TurnFacts, with_factsheet
 from .native import images_cost
 from .packer import PackView, Page
-from .policy import Fitter, Ladder, Policy
-from .schedule import PageCost, ladder_tiers, page_costs
+from .policy import Policy
+from .schedule import Fitter, Ladder, PageCost, ladder_tiers, page_costs
 from .tiers import Tier
 from .turns import Turn
 

@@ -1,39 +1,20 @@
 """Policy: every choice that shapes a plan, as one frozen value (`Memory(policy=...)`).
 
-The ladder and the fitter are Protocols: a new one is a small class with one method, and the
-invariant tests run over every policy in `tests/test_schedule.py`'s matrix.
+The ladder and the fitter are Protocols (`schedule.Ladder`, `schedule.Fitter`): a new one is a
+small class with one method, and the invariant tests run over every policy in
+`tests/test_schedule.py`'s matrix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
 from .errors import ConfigError
 from .facts import Factsheet
 from .limits import Limits
 from .promptcache import CACHE_PRICING, CachePricing
-from .schedule import AgeLadder, OldestFirst, PageCost
-from .tiers import Tier
-
-
-class Ladder(Protocol):
-    """Decay by age: the tier each page wants before the budget is looked at."""
-
-    def tiers(self, n: int, *, unsealed: int = 0) -> list[Tier]:
-        """Tiers for `n` pages, oldest first, the newest `unsealed` of them not sealed yet; never
-        sharper with age."""
-        ...
-
-
-class Fitter(Protocol):
-    """Budget fitting: demote or drop pages until they fit."""
-
-    def fit(self, tiers: Sequence[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
-        """New tiers (the input is not changed), each at or below the one given, monotone in age,
-        costing at most `room`; None only when `room` < 0 (every page GONE fits any room >= 0)."""
-        ...
+from .schedule import AgeLadder, Fitter, Ladder, OldestFirst
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Scheduling strategies: what each tier of a page costs, decay ladders and budget fitters.
 
-Two kinds of small strategy, each behind one method (`policy.Ladder`, `policy.Fitter`): a decay
+Two kinds of small strategy, each behind one method (`Ladder`, `Fitter`): a decay
 ladder (tier by page age) and a fitter (demote until the budget holds). `plan.plan` runs them;
 every invariant they keep is a property test run over every policy (tests/test_schedule.py):
 - decay is monotone: a newer page never has a lower tier than an older one (in scheduled tiers;
@@ -15,14 +15,29 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .cost import CostModel
 from .errors import ConfigError
 from .tiers import IMAGE_TIERS, Tier
 
-if TYPE_CHECKING:
-    from .policy import Ladder
+
+class Ladder(Protocol):
+    """Decay by age: the tier each page wants before the budget is looked at."""
+
+    def tiers(self, n: int, *, unsealed: int = 0) -> list[Tier]:
+        """Tiers for `n` pages, oldest first, the newest `unsealed` of them not sealed yet; never
+        sharper with age."""
+        ...
+
+
+class Fitter(Protocol):
+    """Budget fitting: demote or drop pages until they fit."""
+
+    def fit(self, tiers: Sequence[Tier], costs: Sequence[PageCost], room: int) -> list[Tier] | None:
+        """New tiers (the input is not changed), each at or below the one given, monotone in age,
+        costing at most `room`; None only when `room` < 0 (every page GONE fits any room >= 0)."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,13 +7,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import need
 from .fidelity import pyplot, write_csv
-
-if TYPE_CHECKING:
-    from .niah import CellResult, Results
+from .niah_grid import CellResult, Results
 
 TIER_ORDER = ("recent", "text", "gundam", "large", "base", "small", "tiny", "gone")
 
