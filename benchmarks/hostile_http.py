@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the loopback upstream and the throwaw
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import CREDENTIAL_HEADERS, tenant_of  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, raw_exchange, start_upstream, stop_upstream  # noqa: E402
 
 SECRETS = ("PASSWORD", "SECRET", "optictx-hostile-", "127.0.0.1:5", "postgresql://")
 HELLO = [{"role": "user", "content": "Fix the failing test in parser.py, please."}]
@@ -165,14 +165,7 @@ def framing(port: int, t: Tally) -> None:
     behind = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     c = t.counts["framing"]
     for case in cases:
-        with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-            s.sendall(case + behind)
-            out = b""
-            try:
-                while chunk := s.recv(65536):
-                    out += chunk
-            except TimeoutError:
-                pass
+        out = raw_exchange(port, case + behind)
         c["cases"] += 1
         c["served behind an ambiguous request"] += out.count(b"HTTP/1.1 ") > 1
         c["ambiguous request answered 200"] += out.startswith(b"HTTP/1.1 200")

@@ -187,6 +187,20 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
     return state, server
 
 
+def raw_exchange(port: int, data: bytes, wait: float = 3.0) -> bytes:
+    """`data` written on one connection to 127.0.0.1:`port`, and all that comes back before the
+    server closes it (or `wait` seconds pass without a byte): for requests no client would frame."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            pass
+        return out
+
+
 def stop_upstream(server: ThreadingHTTPServer) -> None:
     server.stopping = True  # type: ignore[attr-defined]
     server.server_close()

@@ -24,7 +24,7 @@ import httpx  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import CREDENTIAL_HEADERS, tenant_of  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, raw_exchange, start_upstream, stop_upstream  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 HELLO = [{"role": "user", "content": "Fix the failing test in parser.py, please."}]
@@ -269,25 +269,13 @@ def test_with_a_proxy_key_any_host_is_served(upstream):
 
 # -- 6. framing, duplicate keys, headers that pass for the proxy's --------------------------------------
 
-def _raw(port: int, data: bytes, wait: float = 3.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        s.sendall(data)
-        out = b""
-        try:
-            while chunk := s.recv(65536):
-                out += chunk
-        except TimeoutError:
-            pass
-        return out
-
-
 def test_a_request_framed_two_ways_is_refused_and_its_connection_closed(proxy, upstream):
     body = json.dumps({"model": "gpt-4o", "messages": HELLO}).encode()
     smuggled = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
                 + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
     behind = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    out = _raw(proxy.port, smuggled + behind)
+    out = raw_exchange(proxy.port, smuggled + behind)
     assert out.count(b"HTTP/1.1 ") <= 1 and not upstream.arrivals  # the one behind it is never served
     assert not out or out.startswith(b"HTTP/1.1 400")
 
