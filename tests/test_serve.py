@@ -530,3 +530,15 @@ def test_a_stream_reaches_the_client_byte_for_byte_and_event_by_event(proxy, ups
             chunks = list(r.iter_raw())
         assert b"".join(chunks) == b"".join(events)
         assert len(chunks) > 3  # relayed as they came, not gathered into one answer
+
+
+def test_the_longest_known_prefix_is_found_in_one_query_per_500_messages():
+    from optictx.serve.ledger import Ledger
+
+    ledger = Ledger(None)
+    digests = [i.to_bytes(4, "big") * 8 for i in range(1200)]
+    ledger.new_conversation("c1", "t", None)
+    ledger.extend("c1", digests[:1100], 0)
+    assert ledger.longest(digests) == ("c1", 1100)  # found in the third chunk from the end
+    assert ledger.longest([*digests[:700], b"x" * 32]) == ("c1", 700)
+    assert ledger.longest([b"y" * 32]) is None

@@ -132,6 +132,9 @@ class _Postgres:
         self._pg.release(self._url)
 
 
+_CHUNK = 500  # digests per lookup: under every SQLite build's limit of bound parameters
+
+
 def _text(value: str, limit: int = 200) -> str:
     """A client's string as both databases store it: no lone surrogates, no NUL, not unbounded."""
     return value[:limit].encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
@@ -165,8 +168,13 @@ class Ledger:
 
     def longest(self, digests: list[bytes]) -> tuple[str, int] | None:
         """(conversation, turns) of the longest prefix of the chain that leads somewhere."""
-        for digest in reversed(digests):
-            row = self._run("SELECT conversation, turns FROM {p}chain WHERE digest = ?", (digest,))
+        # One query per 500 digests, newest first (a continued conversation is found in the
+        # first), not one per message: a digest names its whole prefix, so the longest is the
+        # matching row with the most turns.
+        for end in range(len(digests), 0, -_CHUNK):
+            part = digests[max(0, end - _CHUNK) : end]
+            row = self._run("SELECT conversation, turns FROM {p}chain WHERE digest IN "
+                            f"({', '.join('?' * len(part))}) ORDER BY turns DESC LIMIT 1", part)
             if row:
                 return row[0][0], row[0][1]
         return None
