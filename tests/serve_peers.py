@@ -245,8 +245,7 @@ class Reference:
         self.memory = Memory(keep_recent=keep, budget=budget)
 
     def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
-        from optictx.serve.proxy import fit, pin_task
-        from optictx.serve.vision import vision_for
+        from optictx.serve.proxy import fit, pin_task, vision_for
 
         parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
         for t in parsed.turns[len(self.memory):]:

@@ -355,7 +355,7 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
 
 
 def test_vision_auto_prices_by_the_model_name(proxy, upstream, sample):
-    from optictx.serve.vision import vision_for
+    from optictx.serve.proxy import vision_for
 
     assert vision_for("claude-opus-4", "openai", "auto") == "anthropic"
     assert vision_for("gpt-4.1-mini-2025", "openai", "auto") == "openai:gpt-4.1-mini"
@@ -363,7 +363,7 @@ def test_vision_auto_prices_by_the_model_name(proxy, upstream, sample):
     assert vision_for("my-local-llm", "openai", "auto") == "openai:gpt-4o"
     assert vision_for("my-local-llm", "anthropic", "auto") == "anthropic"
     assert vision_for("claude-x", "anthropic", "gemini") == "gemini"
-    assert all(v in COST_MODELS for _, v in __import__("optictx.serve.vision", fromlist=["RULES"]).RULES)
+    assert all(v in COST_MODELS for _, v in __import__("optictx.modelnames", fromlist=["RULES"]).RULES)
     r = _openai(proxy).chat.completions.with_raw_response.create(model="claude-3-haiku", messages=sample[:3])
     assert r.headers["x-optictx-vision"] == "anthropic"
 

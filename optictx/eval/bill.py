@@ -250,8 +250,7 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
     from ..serve.openai_api import OPENAI
-    from ..serve.proxy import Proxy
-    from ..serve.vision import vision_for
+    from ..serve.proxy import Proxy, vision_for
 
     pricing = get_cache_pricing(provider)
     model = MODELS.get(provider, provider)

@@ -42,7 +42,7 @@ class Parsed:
 
 
 class Dialect(Protocol):
-    name: str  # "openai" or "anthropic": the key of vision.UNKNOWN
+    name: str  # "openai" or "anthropic": the key of proxy.UNKNOWN
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
         """The request's turns, or ApiError naming the bad field (nothing is stored then)."""

@@ -13,13 +13,13 @@ from pathlib import Path
 from ..context import Context
 from ..errors import BudgetError
 from ..memory import Memory
+from ..modelnames import cost_model_of
 from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
 from .ledger import Ledger, Sent
 from .meter import Charge
 from .shelf import shelf_for
-from .vision import vision_for
 
 log = logging.getLogger("optictx.serve")
 
@@ -47,6 +47,18 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     (token counting) leaves the plan state as it was."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit)
     return dialect.fitted(parsed, ctx), ctx
+
+
+# A name no rule knows is priced as the API it came through: the provider's own family.
+UNKNOWN = {"openai": "openai:gpt-4o", "anthropic": "anthropic"}
+
+
+def vision_for(model: str, api: str, setting: str) -> str:
+    """The cost model a request is priced by: `setting` (`--vision`) unless it is "auto", else
+    by its model name (`modelnames.py`), else by the API it came through."""
+    if setting != "auto":
+        return setting
+    return cost_model_of(model) or UNKNOWN[api]
 
 
 def overhead(memory: Memory, parsed: Parsed) -> int:

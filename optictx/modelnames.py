@@ -1,4 +1,5 @@
-"""`--vision auto`: the cost model a request is priced by, from its model name."""
+"""Model names to cost models: what a request for `claude-sonnet-4` or `gpt-4.1-mini` pays for an
+image page, by the rules below (`optictx serve --vision auto`, `optictx bill`)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,9 @@ RULES: tuple[tuple[str, str], ...] = (
     ("o1", "openai:gpt-4o"),
     ("o3", "openai:gpt-4o"),
 )
-# A name no rule knows is priced as the API it came through: the provider's own family.
-UNKNOWN = {"openai": "openai:gpt-4o", "anthropic": "anthropic"}
 
 
-def vision_for(model: str, api: str, setting: str) -> str:
-    """The cost model's name: `setting` unless it is "auto", else by RULES, else UNKNOWN[api]."""
-    if setting != "auto":
-        return setting
+def cost_model_of(model: str) -> str | None:
+    """The cost model's name for a model name (by RULES, the first that matches), or None."""
     name = model.lower()
-    return next((cost for key, cost in RULES if key in name), UNKNOWN[api])
+    return next((cost for key, cost in RULES if key in name), None)
