@@ -21,6 +21,8 @@ def test_demo_writes_pages_plan_and_contact_sheet(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "optictx demo:" in out and "x smaller" in out
+    # The README prints this very line: it must be what the demo prints today.
+    assert out.splitlines()[0] in (ROOT / "README.md").read_text(), out.splitlines()[0]
     assert (tmp_path / "contact_sheet.png").stat().st_size > 10_000
     assert list((tmp_path / "pages").glob("page_*_*.png"))
     plan = (tmp_path / "plan.md").read_text()
