@@ -67,12 +67,10 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
         if pricing.read > 0 and sealed != state.tried:
             cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
             ext = _extended(state, cand[1], tail, build, budget, cost, policy, ceiling) if cand else None
-            gains = [(_gain(pricing, policy, state, ctx, c[0], budget.limit), k, c)
-                     for k, c in enumerate((cand, ext)) if c is not None]
-            if gains:
-                gain, _, best = max(gains, key=lambda g: g[:2])
-                if gain > 0:
-                    return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid")
+            scored = [(_gain(pricing, policy, state, ctx, c[0], budget.limit), c) for c in (cand, ext) if c]
+            gain, best = max(scored, key=lambda s: s[0], default=(0.0, None))
+            if best is not None and gain > 0:
+                return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid")
         kept = replace(frozen, base=state.base, since=state.since, tried=sealed)
         return _done((ctx, kept), state, state.compactions, "append")
     if append is not None:  # the first call, and the conversation fits as it came

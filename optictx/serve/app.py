@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .answers import answered, incident, refused
+from .answers import answered, incident
 from .anthropic_api import ANTHROPIC
 from .config import ServeConfig
 from .conversations import tenant_of
@@ -91,23 +91,24 @@ class Server:
         if api:
             json_typed(request)
 
-    async def prepare(self, request: Request, dialect: Dialect, raw: bytes, keep: bool) -> tuple[Parsed, Fitted]:
-        """The request parsed and fitted (ApiError, in the API's shape, otherwise)."""
-        parsed = dialect.parse(loads(raw), raw)
-        try:
-            fitted = await self.tenants.run(tenant_of(request.headers), self.proxy.fit, dialect, parsed,
-                                            request.headers, keep=keep)
-        except ApiError:
-            raise
-        except Exception as exc:  # a turn over the limits, a damaged store: said, never a crash
-            answer: ApiError = refused(exc)
-            raise answer from exc
-        return parsed, fitted
-
-    async def complete(self, request: Request, dialect: Dialect, path: str) -> Response:
+    @contextlib.asynccontextmanager
+    async def _read(self, request: Request) -> AsyncIterator[bytes]:
+        """An API request admitted and its body read, its bytes counted in flight until done."""
         self.admit(request, api=True)
         raw = await body(request, self.config.max_body_bytes, self.inflight)
         try:
+            yield raw
+        finally:
+            self.inflight.give(len(raw))
+
+    async def prepare(self, request: Request, dialect: Dialect, raw: bytes, keep: bool) -> tuple[Parsed, Fitted]:
+        """The request parsed and fitted (ApiError, or an error `answers.refused` words)."""
+        parsed = dialect.parse(loads(raw), raw)
+        return parsed, await self.tenants.run(tenant_of(request.headers), self.proxy.fit, dialect, parsed,
+                                              request.headers, keep=keep)
+
+    async def complete(self, request: Request, dialect: Dialect, path: str) -> Response:
+        async with self._read(request) as raw:
             parsed, fitted = await self.prepare(request, dialect, raw, keep=True)
             sent = fitted.sent
             extra = {"x-optictx-conversation": sent.conversation, "x-optictx-vision": sent.vision,
@@ -128,35 +129,32 @@ class Server:
                              "answer relayed, record lost")
 
             upstream = self.upstream(dialect)
-            if await request.is_disconnected():  # nobody to answer: nothing is sent upstream
-                await done(None, 499)
-                return Response(status_code=499)
-            return await self._relayed(request, upstream.post(path, fitted.body, request.headers, parsed.stream,
-                                                              dialect, extra, done), done)
-        finally:
-            self.inflight.give(len(raw))
+            return await self._relayed(request, lambda: upstream.post(path, fitted.body, request.headers,
+                                                                      parsed.stream, dialect, extra, done), done)
 
-    async def _relayed(self, request: Request, call: Awaitable[Response], done: Callable[..., Awaitable[None]]
-                       ) -> Response:
-        """The upstream call's response, or nothing if the client leaves first: the call is
-        cancelled then (a stream's relay stops by itself when its client leaves)."""
+    async def _relayed(self, request: Request, call: Callable[[], Awaitable[Response]],
+                       done: Callable[..., Awaitable[None]]) -> Response:
+        """The upstream call's response, or nothing if the client has left: before it, nothing
+        goes upstream; while it waits, the call is cancelled (a stream's relay stops by itself
+        when its client leaves)."""
         response: Response | None = None
         failed: Exception | None = None
-        async with anyio.create_task_group() as group:
-            async def watch() -> None:
-                await _gone(request)
-                group.cancel_scope.cancel()
+        if not await request.is_disconnected():
+            async with anyio.create_task_group() as group:
+                async def watch() -> None:
+                    await _gone(request)
+                    group.cancel_scope.cancel()
 
-            group.start_soon(watch)
-            try:
-                response = await call
-            except Exception as exc:  # raised here, not as a task group's ExceptionGroup
-                failed = exc
-            group.cancel_scope.cancel()
+                group.start_soon(watch)
+                try:
+                    response = await call()
+                except Exception as exc:  # raised here, not as a task group's ExceptionGroup
+                    failed = exc
+                group.cancel_scope.cancel()
         if failed is not None:
             raise failed
         if response is None:
-            log.info("the client left before the upstream answered: the upstream call was cancelled")
+            log.info("the client left before the upstream answered: nothing sent, or the call cancelled")
             with anyio.CancelScope(shield=True):
                 await done(None, 499)
             return Response(status_code=499)
@@ -171,14 +169,10 @@ class Server:
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's count of the fitted request (nothing is stored: a throwaway memory)."""
         async def work() -> Response:
-            self.admit(request, api=True)
-            raw = await body(request, self.config.max_body_bytes, self.inflight)
-            try:
+            async with self._read(request) as raw:
                 _, fitted = await self.prepare(request, ANTHROPIC, raw, keep=False)
                 return await self.upstream(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
                                                            False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
-            finally:
-                self.inflight.give(len(raw))
 
         return await answered(ANTHROPIC, work)
 
