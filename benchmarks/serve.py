@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the loopback upstream the tests use
 
 from optictx import images  # noqa: E402
-from optictx.context import Piece  # noqa: E402
 from optictx.cost import get_cost_model  # noqa: E402
+from optictx.pieces import Piece  # noqa: E402
 from optictx.sample import sample_conversation  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.dialect import Parsed  # noqa: E402

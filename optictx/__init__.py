@@ -5,7 +5,7 @@ resolution tiers as they age. `import optictx` needs no torch: models live in op
 """
 
 from .budget import Budget
-from .context import Context, PageSegment, Piece, TextSegment
+from .context import Context
 from .cost import COST_MODELS, CostModel, get_cost_model
 from .errors import (
     BudgetError,
@@ -23,6 +23,7 @@ from .gate import LegibilityGate
 from .kv import KV_PRESETS, KVGeometry
 from .limits import Limits
 from .memory import Memory
+from .pieces import PageSegment, Piece, TextSegment
 from .policy import Policy
 from .renderers import RenderConfig, RenderError
 from .schedule import AgeLadder, DropOldest, Fitter, Ladder, OldestFirst

@@ -4,10 +4,12 @@ context is a plain value that stays valid while the memory moves on."""
 from __future__ import annotations
 
 from .budget import Budget
-from .context import CAPTION, Context, PageSegment, Segment, TextSegment
+from .context import Context
 from .cost import CostModel
 from .images import PageImages
-from .plan import Plan, Snapshot
+from .pieces import CAPTION, PageSegment, Segment, TextSegment
+from .plan import Snapshot
+from .planned import Plan
 from .tiers import Tier
 
 

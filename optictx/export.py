@@ -1,16 +1,29 @@
-"""Exporters: a Context as OpenAI chat messages or as an Anthropic Messages API request."""
+"""Exporters: a fitted prompt (a `Context`, read through `Prompt`: its pieces, breakpoints and
+vision model) as OpenAI chat messages or as an Anthropic Messages API request. Each writes a page
+once, in its own API's shape."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .cost import CostModel
+from .pieces import PageSegment, Piece
 from .turns import Turn, check_json, image_url
 
-if TYPE_CHECKING:  # the context imports this module: its types are named, never imported
-    from .context import Context, PageSegment
+
+class Prompt(Protocol):
+    """What an exporter reads of a context (the context calls the exporters, so it is not named)."""
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]: ...
+    @property
+    def breakpoints(self) -> tuple[int, ...]: ...
+    @property
+    def vision(self) -> CostModel: ...
+
 
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
@@ -29,10 +42,10 @@ def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[d
 
 
 _TURNS = ("system", "pinned", "recent")
-Middle = list["PageSegment | str"]  # what goes between the turns: the caption, image pages, text
+Middle = list[PageSegment | str]  # what goes between the turns: the caption, image pages, text
 
 
-def _sequence(ctx: Context) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
+def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
     """The context's turns and, at its place, what goes between them (the caption, image pages,
     and text: text pages, the open page, factsheet parts), the text pieces of one segment joined
     into one text. Pieces come in prompt order: system, pinned, that middle, recent turns; or, in
@@ -69,7 +82,7 @@ def _sequence(ctx: Context) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
 Message = Callable[[Turn], dict[str, Any]]
 
 
-def to_openai(ctx: Context, message: Message | None = None) -> list[dict[str, Any]]:
+def to_openai(ctx: Prompt, message: Message | None = None) -> list[dict[str, Any]]:
     """`message`: how a turn is written (default `Turn.to_openai`; a proxy gives the client's own)."""
     write = message or Turn.to_openai
     return [write(item) if isinstance(item, Turn) else
@@ -93,6 +106,10 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
         if url.startswith(("http://", "https://")):
             return {"type": "image", "source": {"type": "url", "url": url}}
     return _text_block(f"[{part['type']} not forwarded]")
+
+
+def _page_block(page: PageSegment) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": page.png_base64()}}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -147,11 +164,11 @@ def _marked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*blocks[:-1], {**blocks[-1], "cache_control": MARK}] if blocks else blocks
 
 
-def to_anthropic(ctx: Context, message: Message | None = None, *, cache: bool = False
+def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = False
                  ) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
-    """System turns (wherever they are) join the system prompt; the rest are messages, the pages'
-    OpenAI parts each as its Anthropic block (a data URI becomes a base64 source). `message`: how
-    a turn is written (a proxy gives the client's own blocks); consecutive roles are merged.
+    """System turns (wherever they are) join the system prompt; the rest are messages, the pages
+    as text and image blocks. `message`: how a turn is written (a proxy gives the client's own
+    blocks); consecutive roles are merged.
 
     `cache=True` marks the context's breakpoints with `cache_control` (at most four: the end of
     the system and pinned turns, of the frozen pages, of the prompt), and the system prompt then
@@ -171,7 +188,7 @@ def to_anthropic(ctx: Context, message: Message | None = None, *, cache: bool = 
                 m = {**m, "content": _marked(_blocks(m["content"]))}
             messages.append(m)
         else:
-            blocks = [_anthropic_part(p) for p in _openai_parts(item, None)]
+            blocks = [_text_block(p) if isinstance(p, str) else _page_block(p) for p in item]
             if cache:
                 blocks = [{**b, "cache_control": MARK} if (n, j) in marks else b for j, b in enumerate(blocks)]
             messages.append({"role": "user", "content": blocks})

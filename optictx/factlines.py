@@ -6,17 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .facts import Factsheet
 from .lru import LRU
+from .planned import Plan
+from .schedule import Fitter
 from .tiers import Tier
 from .turns import Turn
-
-if TYPE_CHECKING:
-    from .plan import Plan
-    from .schedule import Fitter
 
 Lines = list[tuple[int, str]]  # (turn id, line)
 

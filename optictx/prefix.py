@@ -25,11 +25,13 @@ from dataclasses import replace
 from typing import Literal
 
 from .budget import Budget
-from .context import CAPTION, Context, common_prefix
+from .context import Context
 from .cost import CostModel
 from .errors import BudgetError
 from .packer import PackView, Page
-from .plan import Plan, Snapshot, as_it_came, plan, safe_cuts
+from .pieces import CAPTION, common_prefix
+from .plan import Snapshot, as_it_came, plan, safe_cuts
+from .planned import Plan
 from .planstate import Frozen
 from .policy import Policy
 from .promptcache import CachePricing, get_cache_pricing, pricing_for

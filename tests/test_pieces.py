@@ -4,7 +4,7 @@ same pieces, and prefix reuse is the longest run of equal keys (no torch needed 
 from __future__ import annotations
 
 from optictx import Budget, Memory, Tier
-from optictx.context import PageSegment, common_prefix
+from optictx.pieces import PageSegment, common_prefix
 
 
 def _grown(sample, n, **kw):

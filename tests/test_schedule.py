@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
-from optictx.context import PageSegment
 from optictx.native import image_sizes, images_cost
+from optictx.pieces import PageSegment
 from optictx.plan import schedule
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, page_costs
 from optictx.turnindex import turn_tokens

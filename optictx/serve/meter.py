@@ -9,7 +9,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..context import Context, common_prefix
+from ..context import Context
+from ..pieces import common_prefix
 from ..prefix import tokens_per_piece
 from ..promptcache import Bill, CachePricing, dollars, pricing_for
 

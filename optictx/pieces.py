@@ -1,0 +1,153 @@
+"""The parts of a fitted prompt: segments (what it holds: turns, the caption, pages, factsheet
+parts, with their token costs) and pieces (the same prompt in the order the exporters and local
+models write it, each with a stable key: the unit of prefix reuse). Plain values, shared by the
+context, the planner and the exporters."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from PIL import Image
+
+from .images import PageImages
+from .packer import Page
+from .tiers import Tier
+from .turns import Role, Turn
+
+CAPTION = (
+    "Earlier conversation, rendered as page images, oldest first. Each page shows turns with a "
+    "header '#<turn id> <ROLE>'; a line '#<turn id>: ...' after a page repeats exact strings of "
+    "that turn verbatim; the messages after the pages continue from where they end."
+)
+
+SegmentKind = Literal["system", "pinned", "caption", "factsheet", "recent"]
+
+
+@dataclass(frozen=True)
+class TextSegment:
+    """Text the consumer reads as text: a native turn, the caption above the pages, or a part of
+    the factsheet. `drawn`: a recent turn as a page draws it (its lines in `PageSegment.text` once
+    it moves onto the open page), else None."""
+
+    kind: SegmentKind
+    text: str
+    tokens: int
+    turn: Turn | None = None
+    drawn: str | None = field(default=None, repr=False)
+
+    @property
+    def turn_ids(self) -> tuple[int, ...]:
+        return (self.turn.id,) if self.turn is not None and self.turn.id is not None else ()
+
+
+@dataclass(frozen=True, eq=False)
+class PageSegment:
+    """One page in the context: an image at `tier`, or its drawn text when `tier` is TEXT.
+
+    The page holds its own lines; `images` only draws and caches pixels from them (shared with the
+    memory, thread-safe), so a context stays valid whatever the memory does next."""
+
+    page: Page
+    tier: Tier
+    tokens: int
+    paper_tokens: int
+    images: PageImages = field(repr=False)
+
+    @property
+    def text(self) -> str:
+        """Exactly the text drawn on the page."""
+        return self.page.text
+
+    @property
+    def turn_ids(self) -> tuple[int, ...]:
+        return self.page.turn_ids
+
+    @property
+    def image(self) -> Image.Image | None:
+        """The page image at its tier (None for a TEXT page, which is sent as text)."""
+        return self.images.at(self.page, self.tier) if self.tier.is_image else None
+
+    def image_at(self, tier: Tier) -> Image.Image:
+        return self.images.at(self.page, tier)
+
+    @property
+    def boxes(self) -> list[tuple[int, int, int, int]]:
+        """Every line's box on `image`, for readers: `reader.read(seg.image, seg.boxes)` reads the
+        columns one after the other instead of across them."""
+        return self.images.boxes(self.page, self.tier) if self.tier.is_image else []
+
+    def png_base64(self) -> str:
+        return self.images.png_base64(self.page, self.tier)
+
+
+Segment = TextSegment | PageSegment
+
+PieceKind = Literal["system", "pinned", "caption", "factsheet", "page", "open", "recent"]
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """One piece of the prompt: a turn, the caption, a factsheet line, a page, or one turn's lines
+    on the open page. The prompt only grows at its end while pieces keep their keys.
+
+    `text` is the piece's own text ("" for an image page); `prompt` is how a flat text prompt
+    writes it (after the placeholders of an image page); text pieces of one `segment` (an index
+    into `Context.segments`) joined by newlines give that segment's text."""
+
+    kind: PieceKind
+    role: Role  # who said it: the turn's role; "system" for the caption, factsheet and pages
+    text: str
+    prompt: str
+    segment: int
+    turn: Turn | None = None  # system, pinned and recent pieces
+    page: PageSegment | None = None  # page pieces
+
+    @property
+    def image(self) -> PageSegment | None:
+        """The page, when this piece is sent as an image."""
+        return self.page if self.page is not None and self.page.tier.is_image else None
+
+    @cached_property
+    def key(self) -> str:
+        """Equal keys, equal tokens: an image page by its pixels and tier, text by its prompt."""
+        if self.image is not None:
+            return f"p:{self.image.page.digest}:{self.image.tier.value}"
+        return "t:" + hashlib.sha256(self.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def common_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many keys at the start of `a` and `b` are equal: the unit of prefix reuse."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def common_prefix(a: Sequence[Piece], b: Sequence[Piece]) -> int:
+    """How many pieces at the start of `a` and `b` have equal keys (their KV is the same)."""
+    return common_run([p.key for p in a], [p.key for p in b])
+
+
+def pieces_of(segments: Sequence[Segment]) -> tuple[Piece, ...]:
+    out: list[Piece] = []
+    for i, seg in enumerate(segments):
+        if isinstance(seg, PageSegment):
+            if seg.tier.is_image:
+                out.append(Piece("page", "system", "", "\n", i, page=seg))
+            elif seg.page.sealed:
+                out.append(Piece("page", "system", seg.text, f"PAGE: {seg.text}\n", i, page=seg))
+            else:  # the open page grows turn by turn: one piece per turn keeps the old pieces' keys
+                for _, entries in itertools.groupby(seg.page.entries, key=lambda e: e.turn_id):
+                    text = "\n".join(e.line.text for e in entries)
+                    out.append(Piece("open", "system", text, text + "\n", i, page=seg))
+        elif seg.kind == "recent" and seg.drawn is not None:  # as the open page will show it
+            role = seg.turn.role if seg.turn is not None else "user"
+            out.append(Piece("recent", role, seg.text, seg.drawn + "\n", i, turn=seg.turn))
+        elif seg.kind == "factsheet":  # a line per piece: a new line joins at the end
+            out.extend(Piece("factsheet", "system", line, line + "\n", i) for line in seg.text.split("\n"))
+        else:
+            role = seg.turn.role if seg.turn is not None else "system"
+            out.append(Piece(seg.kind, role, seg.text, f"{role.upper()}: {seg.text}\n", i, turn=seg.turn))
+    return tuple(out)

@@ -1,0 +1,66 @@
+"""Plan: what planning decides for one context (which recent turns join the pages, every page's
+tier, the factsheet's texts by place), a value the planning steps pass along (`plan.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .packer import Page
+from .schedule import PageCost
+from .tiers import Tier
+from .turns import Turn
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One planning outcome: recent[:cut] joins the pages, a tier for every page, and the
+    factsheet's texts by place (-1: before the first page; i: right after page i)."""
+
+    cut: int
+    pages: list[Page]
+    tiers: list[Tier]
+    costs: list[PageCost]
+    other_tokens: int  # fixed and recent text
+    caption_tokens: int
+    factsheet: Mapping[int, str] = field(default_factory=dict)
+    verbatim: tuple[Turn, ...] | None = None  # set: every turn goes as itself in this order, nothing else
+    drawn: bool = True  # recent turns' flat prompts as a page draws them (False: as themselves, prefix.py)
+
+    @cached_property
+    def sent(self) -> list[Tier]:
+        """The tier each page is sent at: `tiers` are scheduled, possibly below a gate's floor."""
+        return [c.actual(t) for c, t in zip(self.costs, self.tiers)]
+
+    @cached_property
+    def page_tokens(self) -> int:
+        return sum(c.cost(t) for c, t in zip(self.costs, self.tiers))
+
+    @cached_property
+    def tokens(self) -> int:
+        """Everything but the factsheet."""
+        imaged = any(t is not Tier.GONE for t in self.tiers)
+        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged else 0)
+
+    @cached_property
+    def shown_by(self) -> dict[int, int]:
+        """Turn id -> index of the last sealed page sent as an image that shows it (turns on the
+        open page, on text pages or only on dropped pages are not keys): the factsheet's imaged
+        turns, and where their lines go."""
+        return {tid: i for i, (p, t) in enumerate(zip(self.pages, self.sent)) if t.is_image and p.sealed
+                for tid in p.turn_ids}
+
+    def with_tiers(self, tiers: list[Tier]) -> Plan:
+        return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
+                    drawn=self.drawn)
+
+    def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
+        new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts,
+                   drawn=self.drawn)
+        # The same tiers: what was derived from them holds (recomputing it walks every page).
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
+        return new
+
+
+_DERIVED = ("sent", "page_tokens", "tokens", "shown_by")
