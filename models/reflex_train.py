@@ -26,7 +26,8 @@ from optictx import Memory, RenderConfig
 from optictx.renderers import line_boxes
 from optictx.tiers import IMAGE_TIERS
 
-from .reflex import CHARSET, WIDEN, batch_of, char_lm, line_input
+from .ctc import char_lm
+from .reflex import CHARSET, WIDEN, batch_of, line_input
 from .reflexfile import save
 
 TIERS = tuple(t for t in IMAGE_TIERS if t.name != "GUNDAM")  # GUNDAM's master is LARGE's: the same lines

@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .factlines import TurnFacts
 from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
 from .limits import Limits
-from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Packer, Page
-from .plan import Snapshot, overflow
-from .planning import Planning
+from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
 from .policy import Policy
 from .renderers import Layout, RenderConfig
+from .resident import Resident
 from .schedule import Fitter, Ladder
 from .settings import as_budget, as_render, check_int, from_meta, to_meta
 from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer
-from .turnindex import TurnIndex
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
@@ -36,6 +34,17 @@ def _policy_field(name: str, *, settable: bool = False) -> Any:
     """A field of the memory's policy as an attribute of the memory."""
     return property(lambda self: getattr(self.policy, name),
                     (lambda self, v: self._set_policy(**{name: v})) if settable else None)
+
+
+def _opened(store: str | Path | Store | None, memory: Memory) -> Store:
+    """The memory's store, opened, with the memory's settings written to it."""
+    if store is None:
+        return MemoryStore()
+    s = open_store(store) if isinstance(store, (str, Path)) else store
+    # Pages are derived data, re-packed from the turns on open: a changed render config
+    # re-renders every page instead of mixing old and new pixels.
+    s.set_meta(to_meta(memory))
+    return s
 
 
 class Memory:
@@ -54,21 +63,11 @@ class Memory:
     True
     """
 
-    def __init__(
-        self,
-        *,
-        vision: str | CostModel = "deepseek-ocr",
-        budget: Budget | int = DEFAULT_BUDGET,
-        keep_recent: int = 4,
-        store: str | Path | Store | None = None,
-        tokens_per_page: int | None = None,
-        render: RenderConfig | str | Path | None = None,
-        tokenizer: Any = None,
-        gate: LegibilityGate | None = None,
-        image_cache_bytes: int = 256 * 2**20,
-        policy: Policy | None = None,
-        **policy_fields: Any,
-    ) -> None:
+    def __init__(self, *, vision: str | CostModel = "deepseek-ocr", budget: Budget | int = DEFAULT_BUDGET,
+                 keep_recent: int = 4, store: str | Path | Store | None = None, tokens_per_page: int | None = None,
+                 render: RenderConfig | str | Path | None = None, tokenizer: Any = None,
+                 gate: LegibilityGate | None = None, image_cache_bytes: int = 256 * 2**20,
+                 policy: Policy | None = None, **policy_fields: Any) -> None:
         """`budget`: a Budget, or an int for a token budget. `policy`: how contexts are planned
         (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=`, `sticky_tiers=` and `verbatim=`
         are shorthands that set those fields of it. Every setting is checked here: a bad one raises
@@ -86,7 +85,7 @@ class Memory:
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._lock = threading.RLock()
-        self._store = self._open_store(store)
+        self._store = _opened(store, self)
         self._load()
 
     # The policy's fields, readable and settable on the memory (a new policy takes effect on the
@@ -107,34 +106,15 @@ class Memory:
 
     def _load(self) -> None:
         """(Re)build the in-memory view from the store: restored pages, then every turn replayed."""
-        self._packer = Packer(self.layout, self.tokenizer, self.tokens_per_page)
-        # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
-        self._packer.restore(self._store.load_pages(self._packer.key))
-        self._index = TurnIndex(self.tokenizer)  # per-turn facts, system and pinned turns
-        self._recent: list[Turn] = []  # turns not on a sealed page yet
-        # Exact strings of packed turns, found the first time a context images them; the turns
-        # themselves are read back from the store.
-        self._facts = TurnFacts(self._store.get)
-        self._planning = Planning(self._store, self.images, self.gate)  # the plan state between calls
+        self._resident = Resident(self._store, self.layout, self.tokenizer, self.tokens_per_page, self.images,
+                                  self.gate)
         self._sync()
 
     # -- persistence ------------------------------------------------------------------------
 
-    def _open_store(self, store: str | Path | Store | None) -> Store:
-        if store is None:
-            return MemoryStore()
-        s = open_store(store) if isinstance(store, (str, Path)) else store
-        # Pages are derived data, re-packed from the turns on open: a changed render config
-        # re-renders every page instead of mixing old and new pixels.
-        s.set_meta(to_meta(self))
-        return s
-
     def _sync(self) -> None:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
-        for turn in self._store.since(self._index.last_id):
-            self._ingest(turn)
-        if self._packer.has_unsaved:
-            self._store.save_pages(self._packer.key, *self._packer.unsaved())
+        self._resident.sync(self.keep_recent)
 
     @contextmanager
     def batch(self) -> Iterator[Memory]:
@@ -190,20 +170,6 @@ class Memory:
             self._sync()
             return stored
 
-    def _ingest(self, turn: Turn) -> None:
-        recent = self._index.note(turn)
-        self._facts.note(turn)
-        self._planning.note(turn)
-        if recent:
-            self._recent.append(turn)
-            self._pack_overflow()
-
-    def _pack_overflow(self) -> None:
-        cut = overflow(self._recent, self.keep_recent, self._packer.restored_upto)
-        for t in self._recent[:cut]:
-            self._packer.add(t)
-        del self._recent[:cut]
-
     # -- reading ------------------------------------------------------------------------------
 
     @property
@@ -211,7 +177,7 @@ class Memory:
         """Turns not on any page yet: they stay native text while the budget allows."""
         with self._lock:
             self._sync()
-            return list(self._recent)
+            return list(self._resident.recent)
 
     def transcript(self) -> list[Turn]:
         """Every turn ever added, verbatim, in order."""
@@ -220,14 +186,14 @@ class Memory:
     def __len__(self) -> int:
         with self._lock:
             self._sync()
-            return len(self._index)
+            return len(self._resident.index)
 
     @property
     def pages(self) -> list[Page]:
         """Sealed pages plus the open one (not sealed yet), oldest first."""
         with self._lock:
             self._sync()
-            return [*self._packer.sealed, *self._packer.preview()]
+            return [*self._resident.packer.sealed, *self._resident.packer.preview()]
 
     def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None,
                 commit: bool = True) -> Context:
@@ -243,26 +209,9 @@ class Memory:
     def _context(self, budget: Budget | int | None, vision: str | CostModel | None, commit: bool = True) -> Context:
         budget = self.budget if budget is None else as_budget(budget)
         cost = self.vision if vision is None else get_cost_model(vision)
-        fixed = {t.id for t in (*self._index.system, *self._index.pinned)}
-        return self._planning.context(self._snapshot, budget, cost, self.policy, fixed, commit)  # type: ignore[arg-type]
-
-    def _snapshot(self, budget: Budget, cost: CostModel, recent: Sequence[Turn] | None = None) -> Snapshot:
-        """This memory as planning reads it now (the caller holds the lock); `recent`: these turns
-        in place of the ones not on pages (prefix.py's tail)."""
-        pack, index = self._packer.view(), self._index
-        # The gate reads sealed pages only: unsealed ones change with every turn, and they are
-        # the newest, which the ladder keeps sharpest.
-        floors = tuple(self._planning.floors(pack.sealed)) if self.gate else ()
-        last = self._planning.last_tiers(budget, cost) if self.policy.sticky else ()
-        # The whole transcript is read back only when its text alone fits: then it may go as it came.
-        verbatim = recent is None and self.policy.verbatim and index.text_total <= budget.limit
-        # (Other writers' turns past the last one taken in are left for the next sync.)
-        transcript = tuple(self._store.since(-1)[: index.last_id + 1]) if verbatim else None
-        recent = self._recent if recent is None else recent
-        tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *recent))
-        return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
-                        self.tokenizer.count, images, floors, last, self._facts, transcript,
-                        index.text_total, index.all_images())
+        fixed = {t.id for t in (*self._resident.index.system, *self._resident.index.pinned)}
+        snapshot = partial(self._resident.snapshot, self.policy)
+        return self._resident.planning.context(snapshot, budget, cost, self.policy, fixed, commit)  # type: ignore[arg-type]
 
     def legibility(self) -> list[dict[str, Any]]:
         """Per sealed page, what the legibility gate found (reading the pages it has not read
@@ -270,7 +219,7 @@ class Memory:
         or "text"), and per tier read the character error rate and the reader's confidence."""
         with self._lock:
             self._sync()
-            return self._planning.legibility(self._packer.view().sealed)
+            return self._resident.planning.legibility(self._resident.packer.view().sealed)
 
     def original_tokens(self, vision: str | CostModel | None = None) -> int:
         """What the whole conversation costs sent as it came, under `vision` (default: the
@@ -278,7 +227,7 @@ class Memory:
         cost = self.vision if vision is None else get_cost_model(vision)
         with self._lock:
             self._sync()
-            return self._index.original_tokens(cost)
+            return self._resident.index.original_tokens(cost)
 
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""
@@ -286,10 +235,10 @@ class Memory:
         report = ctx.report()
         return {
             "turns": len(self),
-            "text_tokens": self._index.text_total,
+            "text_tokens": self._resident.index.text_total,
             "context_tokens": ctx.tokens,
-            "ratio": round(self._index.text_total / ctx.tokens, 2) if ctx.tokens else None,
+            "ratio": round(self._resident.index.text_total / ctx.tokens, 2) if ctx.tokens else None,
             "pages": report["pages"],
-            "sealed_pages": len(self._packer.sealed),
+            "sealed_pages": len(self._resident.packer.sealed),
             "vision": ctx.vision.name,
         }

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, Memory
-from optictx.context import common_prefix
 from optictx.export import to_anthropic, to_openai
+from optictx.pieces import common_prefix
 from optictx.prefix import piece_tokens, tokens_per_piece
 from optictx.promptcache import Block, PromptCache, Request
 
@@ -80,7 +80,7 @@ def test_a_compaction_is_forced_only_when_appending_would_not_fit(sample):
         ctx = mem.context()
         seen.add(ctx.event)
         if prev is not None and ctx.event == "forced":
-            new = sum(mem._index.tokens[i] for i in range(before, len(mem)))  # the turns since the last call
+            new = sum(mem._resident.index.tokens[i] for i in range(before, len(mem)))  # the turns since the last call
             assert prev.tokens + new > 6000 - 200  # (a new turn may also seal a page the tail shows)
         prev = ctx
     assert seen >= {"verbatim", "append", "forced"}
@@ -95,7 +95,7 @@ def test_a_local_model_compacts_only_when_it_prefills_no_more_than_appending(sam
         ctx = mem.context()
         if prev is not None and ctx.event == "paid":
             prefill = ctx.tokens - piece_tokens(ctx, common_prefix(ctx.pieces, prev.pieces))
-            assert prefill <= sum(mem._index.tokens[i] for i in range(before, len(mem))) + 50
+            assert prefill <= sum(mem._resident.index.tokens[i] for i in range(before, len(mem))) + 50
         prev = ctx
 
 

@@ -9,17 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optictx import ConfigError
-from optictx.models import reflex
-from optictx.models.reflex import (
-    CHARSET,
-    ReflexError,
-    ReflexModel,
-    batch_of,
-    beam,
-    ctc_logprob,
-    ctc_logprobs,
-    greedy,
-)
+from optictx.models import ctc, reflex
+from optictx.models.ctc import beam, ctc_logprob, ctc_logprobs, greedy
+from optictx.models.reflex import CHARSET, ReflexError, ReflexModel, batch_of
 from optictx.models.reflexfile import pack_ternary, save, unpack_ternary
 
 
@@ -258,7 +250,7 @@ def test_the_shipped_reader_reads_held_out_pages_at_every_tier(sample):
 
 
 def test_the_character_language_model_breaks_a_tie_the_pixels_leave():
-    lm = reflex.char_lm(["all tall ball", "call fall"])
+    lm = ctc.char_lm(["all tall ball", "call fall"])
     assert lm.shape == (len(CHARSET) + 1, len(CHARSET) + 1)
     assert np.allclose(np.exp(lm[:, 1:]).sum(axis=1), 1.0)
     idx = {ch: CHARSET.index(ch) + 1 for ch in "a1l"}
@@ -279,8 +271,8 @@ def test_a_language_model_weight_needs_a_model_with_one(tmp_path):
     with_lm = tmp_path / "lm.npz"
     with np.load(path) as f:
         arrays = dict(f)
-    np.savez(with_lm, **arrays, lm=reflex.char_lm(["some text"]).astype(np.float16))
-    assert np.allclose(reflex.ReflexReader(with_lm, lm_weight=0.5).model.lm, reflex.char_lm(["some text"]), atol=1e-2)
+    np.savez(with_lm, **arrays, lm=ctc.char_lm(["some text"]).astype(np.float16))
+    assert np.allclose(reflex.ReflexReader(with_lm, lm_weight=0.5).model.lm, ctc.char_lm(["some text"]), atol=1e-2)
     np.savez(with_lm, **arrays, lm=np.zeros((3, 3), dtype=np.float16))
     with pytest.raises(ReflexError, match="language model of shape"):
         ReflexModel.load(with_lm)
@@ -291,11 +283,11 @@ def test_two_stretches_of_a_line_align_frame_to_frame_and_fuse():
     z = rng.normal(size=(30, len(CHARSET) + 1)).astype(np.float32) * 4
     a = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
     wide = np.repeat(a, 2, axis=0)[:-3]  # the same reading, each frame twice (a line drawn twice as wide)
-    path = reflex.align(a, wide)
+    path = ctc.align(a, wide)
     assert path[0] == 0 and path[-1] == len(wide) - 1 and (np.diff(path) >= 0).all()
     assert (np.abs(path[1:-2] // 2 - np.arange(1, 28)) <= 1).all()  # frame i meets frame 2i (or 2i+1)
-    assert np.allclose(reflex.fuse(a, a), a, atol=1e-5)  # a reading fused with itself is itself
-    fused = reflex.fuse(a, wide)
+    assert np.allclose(ctc.fuse(a, a), a, atol=1e-5)  # a reading fused with itself is itself
+    fused = ctc.fuse(a, wide)
     assert fused.shape == a.shape and np.allclose(np.exp(fused).sum(axis=1), 1.0, atol=1e-4)
 
 

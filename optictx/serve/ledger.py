@@ -98,10 +98,10 @@ class _Postgres:
     """The ledger's tables in the memories' database, on the memories' shared connection pool."""
 
     def __init__(self, url: str) -> None:
-        from .. import pgstore
+        from .. import pgdb
 
-        self._pg, self._url, self.where = pgstore, url, pgstore.where(url)
-        self._pool = pgstore.pool(url)
+        self._pg, self._url, self.where = pgdb, url, pgdb.where(url)
+        self._pool = pgdb.pool(url)
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for statement in _SCHEMA.format(**_POSTGRES).split(";"):

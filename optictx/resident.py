@@ -1,0 +1,77 @@
+"""What a memory keeps in RAM, rebuilt from its store: the packer with its pages, the index of
+every turn taken in, the turns not on a sealed page yet, their exact strings, and the plan state
+between calls. It takes in the store's new turns and makes the snapshots planning reads.
+`Memory` owns one and holds its lock around every use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .budget import Budget
+from .cost import CostModel
+from .factlines import TurnFacts
+from .gate import LegibilityGate
+from .images import PageImages
+from .packer import Packer
+from .plan import Snapshot, overflow
+from .planning import Planning
+from .policy import Policy
+from .renderers import Layout
+from .store import Store
+from .turnindex import TurnIndex
+from .turns import Turn
+
+
+class Resident:
+    """One memory's state in RAM (its caller holds the memory's lock)."""
+
+    def __init__(self, store: Store, layout: Layout, tokenizer: Any, tokens_per_page: int, images: PageImages,
+                 gate: LegibilityGate | None) -> None:
+        self._store, self._tokenizer = store, tokenizer
+        self.packer = Packer(layout, tokenizer, tokens_per_page)
+        # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
+        self.packer.restore(store.load_pages(self.packer.key))
+        self.index = TurnIndex(tokenizer)  # per-turn facts, system and pinned turns
+        self.recent: list[Turn] = []  # turns not on a sealed page yet
+        # Exact strings of packed turns, found the first time a context images them; the turns
+        # themselves are read back from the store.
+        self.facts = TurnFacts(store.get)
+        self.planning = Planning(store, images, gate)  # the plan state between calls
+
+    def sync(self, keep_recent: int) -> None:
+        """Take in turns the store holds that this memory has not seen (other writers' too)."""
+        for turn in self._store.since(self.index.last_id):
+            self._ingest(turn, keep_recent)
+        if self.packer.has_unsaved:
+            self._store.save_pages(self.packer.key, *self.packer.unsaved())
+
+    def _ingest(self, turn: Turn, keep_recent: int) -> None:
+        recent = self.index.note(turn)
+        self.facts.note(turn)
+        self.planning.note(turn)
+        if recent:
+            self.recent.append(turn)
+            cut = overflow(self.recent, keep_recent, self.packer.restored_upto)
+            for t in self.recent[:cut]:
+                self.packer.add(t)
+            del self.recent[:cut]
+
+    def snapshot(self, policy: Policy, budget: Budget, cost: CostModel, recent: Sequence[Turn] | None = None
+                 ) -> Snapshot:
+        """This memory as planning reads it now; `recent`: these turns in place of the ones not on
+        pages (prefix.py's tail)."""
+        pack, index = self.packer.view(), self.index
+        # The gate reads sealed pages only: unsealed ones change with every turn, and they are
+        # the newest, which the ladder keeps sharpest.
+        floors = tuple(self.planning.floors(pack.sealed)) if self.planning.gate else ()
+        last = self.planning.last_tiers(budget, cost) if policy.sticky else ()
+        # The whole transcript is read back only when its text alone fits: then it may go as it came.
+        verbatim = recent is None and policy.verbatim and index.text_total <= budget.limit
+        # (Other writers' turns past the last one taken in are left for the next sync.)
+        transcript = tuple(self._store.since(-1)[: index.last_id + 1]) if verbatim else None
+        recent = self.recent if recent is None else recent
+        tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *recent))
+        return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
+                        self._tokenizer.count, images, floors, last, self.facts, transcript,
+                        index.text_total, index.all_images())
