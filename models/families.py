@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from optictx.context import PageSegment
 from optictx.errors import ConfigError
+from optictx.pieces import PageSegment
 from optictx.readers import OCR_PROMPTS
 from optictx.tiers import Tier
 

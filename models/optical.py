@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from PIL import Image
 
-from optictx.context import Context, PageSegment, common_run
+from optictx.context import Context
 from optictx.errors import CheckpointError, ConfigError, ModelError
 from optictx.lru import LRU
+from optictx.pieces import PageSegment, common_run
 from optictx.readers import CachedReader
 from optictx.tiers import Tier
 
