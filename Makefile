@@ -1,13 +1,14 @@
 # Two commands for a new user: `make demo` and `make test`. Both create .venv and install what
 # they need; `make test` also installs Tesseract (Debian tesseract-ocr), Chromium (Debian chromium,
 # for the dashboard's browser test) and PostgreSQL (Debian postgresql, for the store and replica
-# tests, which start a throwaway cluster of their own) when running as root.
+# tests, which start a throwaway cluster of their own) when running as root, and the Codex CLI
+# (npm, for the Responses API test).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint bench tesseract chromium postgresql clean
+.PHONY: demo test test-long lint bench tesseract chromium postgresql codex clean
 
 # torch: a torch the base Python already has is reused (the venv then sees system packages);
 # otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
@@ -21,10 +22,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,eval,models,serve,postgres,langchain,llamaindex]"
 	@touch $@
 
-demo: $(STAMP)
-	$(VENV)/bin/optictx demo --out out/demo
+# The demo needs the core alone (Pillow, numpy, tiktoken, pydantic, fontTools: ~170 MB, under a
+# minute to install); `make test` adds every extra to the same venv.
+$(VENV)/.core: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	@touch $@
 
-test: $(STAMP) tesseract chromium postgresql
+demo: $(VENV)/.core
+	$(VENV)/bin/optictx demo --out out/demo
+	@echo "optictx is in $(VENV)/bin: run $(VENV)/bin/optictx, or 'source $(VENV)/bin/activate' first"
+
+test: $(STAMP) tesseract chromium postgresql codex
 	$(PY) -m pytest -q -m "not slow"
 
 # The long variants, on SQLite and PostgreSQL: 100 SIGKILLs, 8 threads and 4 processes x 1,000
@@ -61,6 +70,18 @@ postgresql:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "postgresql not found: the PostgreSQL store tests will skip (sudo apt-get install postgresql)"; fi; }
+
+# The Codex CLI test drives the real Codex (npm's @openai/codex, a test peer: optictx never needs
+# Node). Installed under build/codex; without npm or the registry its test skips.
+CODEX_VERSION ?= 0.171.0
+codex:
+	@test -x build/codex/node_modules/.bin/codex || { \
+	  if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; fi; \
+	  if command -v npm >/dev/null 2>&1; then \
+	    npm install --silent --no-audit --no-fund --prefix build/codex @openai/codex@$(CODEX_VERSION) >/dev/null \
+	      || echo "could not install the Codex CLI: its test will skip"; \
+	  else echo "npm not found: the Codex CLI test will skip (sudo apt-get install npm)"; fi; }
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

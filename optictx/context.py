@@ -113,6 +113,11 @@ class Context:
         """OpenAI chat messages: system, pinned, one user message with the pages, recent turns."""
         return export.to_openai(self)
 
+    def to_responses(self) -> list[dict[str, Any]]:
+        """Input items for OpenAI's Responses API: messages, function calls and their outputs, and
+        one user message with the pages (input_image parts)."""
+        return export.to_responses(self)
+
     def to_anthropic(self, *, cache: bool = False) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
         """(system, messages) for the Anthropic Messages API. `cache=True` marks `breakpoints` with
         `cache_control` (the system prompt then comes as a list of text blocks)."""

@@ -1,6 +1,6 @@
 """Exporters: a fitted prompt (a `Context`, read through `Prompt`: its pieces, breakpoints and
-vision model) as OpenAI chat messages or as an Anthropic Messages API request. Each writes a page
-once, in its own API's shape."""
+vision model) as OpenAI chat messages, as OpenAI Responses API input items, or as an Anthropic
+Messages API request. Each writes a page once, in its own API's shape."""
 
 from __future__ import annotations
 
@@ -87,6 +87,49 @@ def to_openai(ctx: Prompt, message: Message | None = None) -> list[dict[str, Any
     write = message or Turn.to_openai
     return [write(item) if isinstance(item, Turn) else
             {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)[0]]
+
+
+# -- OpenAI Responses ---------------------------------------------------------------------------
+
+Items = Callable[[Turn], list[dict[str, Any]]]
+
+
+def to_responses(ctx: Prompt, items: Items | None = None) -> list[dict[str, Any]]:
+    """Input items for OpenAI's Responses API: each turn as its items (`items`, default
+    `response_items`; a proxy gives the client's own), and the caption, pages and text between
+    turns as one user message of input_text and input_image parts. The API caches a repeated
+    prefix by itself: there is nothing to mark."""
+    write = items or response_items
+    detail = ctx.vision.image_detail or "auto"
+    out: list[dict[str, Any]] = []
+    for item in _sequence(ctx)[0]:
+        if isinstance(item, Turn):
+            out.extend(write(item))
+        else:
+            out.append({"role": "user", "content": [
+                {"type": "input_text", "text": p} if isinstance(p, str) else
+                {"type": "input_image", "image_url": f"data:image/png;base64,{p.png_base64()}", "detail": detail}
+                for p in item]})
+    return out
+
+
+def response_items(turn: Turn) -> list[dict[str, Any]]:
+    """A turn as Responses API input items: a message (its text, or its parts as input_text,
+    output_text and input_image), then a function_call per tool call; a tool turn as a
+    function_call_output."""
+    if turn.role == "tool":
+        return [{"type": "function_call_output", "call_id": turn.tool_call_id, "output": turn.text}]
+    out: list[dict[str, Any]] = []
+    if turn.content or not turn.tool_calls:
+        text = "output_text" if turn.role == "assistant" else "input_text"
+        content: str | list[dict[str, Any]] = turn.content if isinstance(turn.content, str) else [
+            {"type": text, "text": p["text"]} if p["type"] == "text" else
+            {"type": "input_image", "image_url": image_url(p), "detail": "auto"} if p["type"] == "image_url" else
+            {"type": text, "text": f"[{p['type']}]"} for p in turn.content]
+        out.append({"role": turn.role, "content": content})
+    out.extend({"type": "function_call", "call_id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+               for c in turn.tool_calls)
+    return out
 
 
 # -- Anthropic ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The peers of `optictx serve` in tests: a small real upstream on 127.0.0.1 that speaks the
-OpenAI and Anthropic APIs (the only fake, at the network boundary: it records what arrives and
-answers, streamed or not), and the proxy itself on uvicorn, on 127.0.0.1, both in threads with
-bounded request loops."""
+OpenAI (Chat Completions and Responses) and Anthropic APIs (the only fake, at the network
+boundary: it records what arrives and answers, streamed or not), and the proxy itself on
+uvicorn, on 127.0.0.1, both in threads with bounded request loops."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ class Upstream:
     keep: bool = True  # False (benchmarks): nothing recorded or parsed, every POST gets one fixed answer
     reply: str = "Hello from upstream, streamed in pieces."
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
+    calls: list[tuple[str, str]] = field(default_factory=list)  # Responses API: the next answers are these
+    #   function calls (name, arguments), each after an encrypted reasoning item, one per request
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -101,6 +103,60 @@ def _anthropic_events(model: str, text: str) -> list[bytes]:
             event("message_stop", {})]
 
 
+def _responses_answer(model: str, text: str) -> dict[str, Any]:
+    message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": model,
+            "output": [message] if text else [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": 2100, "input_tokens_details": {"cached_tokens": 1920}, "output_tokens": 11,
+                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2111}}
+
+
+def _responses_call(model: str, n: int, name: str, arguments: str) -> dict[str, Any]:
+    """An answer that asks for a function call, after an encrypted reasoning item."""
+    reasoning = {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAA-{n}-" + "e" * 80}
+    call = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": name, "arguments": arguments,
+            "status": "completed"}
+    return {**_responses_answer(model, ""), "output": [reasoning, call]}
+
+
+def _sse(n: Any, kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(n), **data})}\n\n".encode()
+
+
+def _responses_call_events(done: dict[str, Any]) -> list[bytes]:
+    n = iter(range(10**6))
+    start = {**done, "status": "in_progress", "output": [], "usage": None}
+    return [_sse(n, "response.created", {"response": start}),
+            *(e for i, item in enumerate(done["output"]) for e in (
+                _sse(n, "response.output_item.added", {"output_index": i, "item": item}),
+                _sse(n, "response.output_item.done", {"output_index": i, "item": item}))),
+            _sse(n, "response.completed", {"response": done})]
+
+
+def _responses_events(model: str, text: str) -> list[bytes]:
+    """The Responses API's stream: created, the message's item and part, text deltas, and
+    response.completed with the usage."""
+    n = iter(range(10**6))
+
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return _sse(n, kind, data)
+    done = _responses_answer(model, text)
+    item, part = done["output"][0], done["output"][0]["content"][0]
+    start = {**done, "status": "in_progress", "output": [], "usage": None}
+    words = [text[i:i + 6] for i in range(0, len(text), 6)]
+    at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    return [event("response.created", {"response": start}),
+            event("response.output_item.added", {"output_index": 0, "item": {**item, "content": [],
+                                                                             "status": "in_progress"}}),
+            event("response.content_part.added", {**at, "part": {**part, "text": ""}}),
+            *(event("response.output_text.delta", {**at, "delta": w, "logprobs": []}) for w in words),
+            event("response.output_text.done", {**at, "text": text, "logprobs": []}),
+            event("response.content_part.done", {**at, "part": part}),
+            event("response.output_item.done", {"output_index": 0, "item": item}),
+            event("response.completed", {"response": done})]
+
+
 def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
     state = Upstream()
     fixed = json.dumps(_openai_answer("m", state.reply)).encode()
@@ -148,12 +204,23 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
             if self.path == "/v1/messages/count_tokens":
                 self._send(200, json.dumps({"input_tokens": len(raw) // 4}).encode())
                 return
-            anthropic = self.path == "/v1/messages"
-            if not body.get("stream"):
-                answer = _anthropic_answer(model, state.reply) if anthropic else _openai_answer(model, state.reply)
-                self._send(200, json.dumps(answer).encode(), {"x-request-id": "req-upstream-1"})
+            if self.path == "/v1/responses" and state.calls:
+                with state.lock:
+                    name, arguments = state.calls.pop(0)
+                    number = len(state.arrivals)
+                done = _responses_call(model, number, name, arguments)
+                if body.get("stream"):
+                    self._send(200, b"".join(_responses_call_events(done)), kind="text/event-stream")
+                else:
+                    self._send(200, json.dumps(done).encode())
                 return
-            events = (_anthropic_events if anthropic else _openai_events)(model, state.reply)
+            answer, events = {"/v1/messages": (_anthropic_answer, _anthropic_events),
+                              "/v1/responses": (_responses_answer, _responses_events)}.get(
+                self.path, (_openai_answer, _openai_events))
+            if not body.get("stream"):
+                self._send(200, json.dumps(answer(model, state.reply)).encode(), {"x-request-id": "req-upstream-1"})
+                return
+            events = events(model, state.reply)
             if state.stream_body is not None:
                 events = [state.stream_body[i : i + 2**16] for i in range(0, len(state.stream_body), 2**16)]
             self.send_response(200)
@@ -250,7 +317,7 @@ class Reference:
         parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
         for t in parsed.turns[len(self.memory):]:
             self.memory.add(t)
-        vision = self.vision or vision_for(parsed.model, self.dialect.name, "auto")
+        vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
         fitted, ctx = fit(self.memory, self.dialect, parsed, self.budget, vision)
         return json.loads(fitted), ctx
 

@@ -111,6 +111,27 @@ def server():
     srv.shutdown()
 
 
+def test_responses_shape(ctx):
+    items = ctx.to_responses()
+    assert items[0] == {"role": "system", "content": ctx.text_segments[0].text}
+    pages = next(i for i in items if isinstance(i.get("content"), list) and i["content"][0].get("type") == "input_text"
+                 and "rendered as page images" in i["content"][0]["text"])
+    images = [p for p in pages["content"] if p["type"] == "input_image"]
+    assert len(images) == sum(1 for p in ctx.pages if p.tier.is_image)
+    assert all(p["image_url"].startswith("data:image/png;base64,") and p["detail"] for p in images)
+    calls = set()
+    for item in items:  # every tool output after its call
+        if item.get("type") == "function_call":
+            calls.add(item["call_id"])
+            json.loads(item["arguments"])
+        if item.get("type") == "function_call_output":
+            assert item["call_id"] in calls
+    assert items[-1]["content"][-1] == {"type": "input_image", "image_url": _tiny_png_uri(), "detail": "auto"}
+    from openai.types.responses import ResponseInputItemParam
+
+    TypeAdapter(list[ResponseInputItemParam]).validate_python(items)
+
+
 def test_real_openai_client_sends_the_context(ctx, server):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="test", max_retries=0)
     out = client.chat.completions.create(model="gpt-4o", messages=ctx.to_openai())

@@ -99,7 +99,7 @@ def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
 
 
 class AnthropicMessages:
-    name = "anthropic"
+    name = provider = "anthropic"
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
         model, messages = model_and_messages(body)

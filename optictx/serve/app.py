@@ -28,9 +28,12 @@ from .meter import Usage, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
 from .relay import Upstream
+from .responses_api import RESPONSES
 
 log = logging.getLogger("optictx.serve")
-ROUTES = "POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models, GET /optictx/"
+ROUTES = (
+    "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens, "
+    "GET /v1/models, GET /optictx/")
 
 
 class Tenants:
@@ -76,11 +79,11 @@ class Server:
         self.tenants = Tenants(config.tenant_threads, config.lock_wait)
 
     def upstream(self, dialect: Dialect) -> Upstream:
-        if dialect.name not in self.upstreams:
-            flag = "--upstream" if dialect.name == "openai" else "--anthropic-upstream"
-            raise ApiError(f"this proxy has no {dialect.name} upstream: start it with {flag} URL", status=404,
+        if dialect.provider not in self.upstreams:
+            flag = "--upstream" if dialect.provider == "openai" else "--anthropic-upstream"
+            raise ApiError(f"this proxy has no {dialect.provider} upstream: start it with {flag} URL", status=404,
                            kind="not_found_error")
-        return self.upstreams[dialect.name]
+        return self.upstreams[dialect.provider]
 
     def admit(self, request: Request, *, api: bool = False) -> None:
         """Who may ask, from where, and how the request is framed (ApiError otherwise)."""
@@ -163,6 +166,9 @@ class Server:
     async def chat(self, request: Request) -> Response:
         return await answered(OPENAI, lambda: self.complete(request, OPENAI, "/chat/completions"))
 
+    async def responses(self, request: Request) -> Response:
+        return await answered(RESPONSES, lambda: self.complete(request, RESPONSES, "/responses"))
+
     async def messages(self, request: Request) -> Response:
         return await answered(ANTHROPIC, lambda: self.complete(request, ANTHROPIC, "/v1/messages"))
 
@@ -206,6 +212,7 @@ class Server:
 def create_app(config: ServeConfig) -> Starlette:
     server = Server(config)
     routes = [Route("/v1/chat/completions", server.chat, methods=["POST"]),
+              Route("/v1/responses", server.responses, methods=["POST"]),
               Route("/v1/messages", server.messages, methods=["POST"]),
               Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
               Route("/v1/models", server.models, methods=["GET"]),

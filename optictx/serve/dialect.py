@@ -1,5 +1,5 @@
-"""What the two APIs share: a parsed request, the error a client gets back, and the interface
-each API's module fills in (`openai_api.OPENAI`, `anthropic_api.ANTHROPIC`)."""
+"""What the APIs share: a parsed request, the error a client gets back, and the interface each
+API's module fills in (`openai_api.OPENAI`, `responses_api.RESPONSES`, `anthropic_api.ANTHROPIC`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ class ApiError(OptictxError):
 @dataclass(frozen=True)
 class Parsed:
     """A request's body and its messages as turns; `originals[i]` is what the client sent for
-    turn i (written back as it came while that turn stays text)."""
+    turn i (written back as it came while that turn stays text). `passthrough`: why the request
+    goes upstream as it came, outside any conversation (it leans on state the upstream keeps)."""
 
     body: dict[str, Any]
     raw: bytes
@@ -39,10 +40,12 @@ class Parsed:
     stream: bool
     turns: tuple[Turn, ...]
     originals: tuple[Any, ...]
+    passthrough: str | None = None
 
 
 class Dialect(Protocol):
-    name: str  # "openai" or "anthropic": the key of proxy.UNKNOWN
+    name: str  # the API, as the ledger and the dashboard name it: "openai", "responses", "anthropic"
+    provider: str  # whose upstream it goes to and whose usage and model names it has: "openai", "anthropic"
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
         """The request's turns, or ApiError naming the bad field (nothing is stored then)."""
@@ -82,14 +85,15 @@ NOTHING_FITS = ("(the conversation does not fit the context budget of {budget} t
                 "raise it with the X-Optictx-Budget header)")
 
 
-def model_and_messages(body: Any) -> tuple[str, list[Any]]:
-    """The two fields both APIs require, checked (ApiError naming the one that is wrong)."""
+def model_and_messages(body: Any, messages: str = "messages") -> tuple[str, Any]:
+    """The model and the messages (`messages`: the field that holds them), required and checked,
+    and the tools if any (ApiError naming the field that is wrong)."""
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
-    for name, kind in (("model", str), ("messages", list)):
+    for name, kind in (("model", str), (messages, list)):
         if not isinstance(body.get(name), kind) or not body[name]:
             raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise ApiError("tools: a list of tool objects", param="tools")
-    return body["model"], body["messages"]
+    return body["model"], body[messages]

@@ -90,8 +90,10 @@ def usage_of(api: str, body: Any) -> Usage | None:
     if not isinstance(body, dict):
         return None
     u = body.get("usage")
-    if u is None and api == "anthropic":  # message_start holds it in its message
-        u = (body.get("message") or {}).get("usage")
+    if u is None:  # Anthropic's message_start holds it in its message, the Responses API's
+        #            response.completed in its response
+        held = body.get("message" if api == "anthropic" else "response")
+        u = held.get("usage") if isinstance(held, dict) else None
     if not isinstance(u, dict):
         return None
     n = lambda k: u.get(k) if isinstance(u.get(k), int) else 0  # noqa: E731
@@ -107,7 +109,8 @@ def usage_of(api: str, body: Any) -> Usage | None:
 
 class StreamUsage:
     """Usage gathered from a stream's events: Anthropic sends it in `message_start` and updates
-    it in `message_delta`; OpenAI in a last chunk (with `stream_options.include_usage`)."""
+    it in `message_delta`; OpenAI's Chat Completions in a last chunk (with
+    `stream_options.include_usage`), its Responses API in `response.completed`."""
 
     def __init__(self, api: str) -> None:
         self.api = api

@@ -13,7 +13,7 @@ from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarke
 
 
 class OpenAIChat:
-    name = "openai"
+    name = provider = "openai"
 
     def parse(self, body: Any, raw: bytes) -> Parsed:
         model, messages = model_and_messages(body)

@@ -124,9 +124,14 @@ class Proxy:
         that holds exactly these turns is used, else a memory that is thrown away afterwards."""
         name, budget = self.settings(headers)
         tenant = tenant_of(headers)
+        if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
+            log.info("a %s request sent as it came: %s", dialect.name, parsed.passthrough)
+            record = Sent("-", tenant, dialect.name, parsed.model, vision_for(parsed.model, dialect.provider,
+                          self.config.vision), 0, 0, 0, True, {})
+            return Fitted(parsed.raw, record, None, parsed.passthrough)
         if self.config.pin_task:
             parsed = pin_task(parsed)
-        vision = vision_for(parsed.model, dialect.name, self.config.vision)
+        vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         if not keep:
             held = self.conversations.exactly(tenant, name, parsed.turns)
             if held is not None:

@@ -129,7 +129,7 @@ class Upstream:
                     await done(None, 502)
                 raise
             if done is not None:
-                await done(_usage(dialect.name, content) if r.status_code < 400 else None, r.status_code)
+                await done(_usage(dialect.provider, content) if r.status_code < 400 else None, r.status_code)
             return Response(content, r.status_code, answer)
         return StreamingResponse(self._relay(r, dialect, done), r.status_code, answer)
 
@@ -137,7 +137,7 @@ class Upstream:
         """Whole events as they arrive: should upstream break off, the half event it left is
         dropped and an error event ends the stream (a client never parses half of one)."""
         tail = bytearray()  # what arrived after the last whole event; searched once per byte
-        usage = StreamUsage(dialect.name)
+        usage = StreamUsage(dialect.provider)
         try:
             async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
                 start = max(0, len(tail) - 3)  # a boundary may straddle the chunks

@@ -1,0 +1,74 @@
+"""The real Codex CLI (`@openai/codex` from the npm registry; `make test` installs it under
+build/codex) through `optictx serve`, against a small real upstream on 127.0.0.1 that speaks
+the Responses API and asks for shell commands: Codex runs them and sends their output back, so
+one `codex exec` makes a session of many requests, as a user's would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import needs
+
+pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
+
+from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.conversations import tenant_of  # noqa: E402
+
+from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CALLS = 14
+
+
+def _codex() -> str | None:
+    found = os.environ.get("OPTICTX_CODEX") or shutil.which("codex")
+    local = ROOT / "build" / "codex" / "node_modules" / ".bin" / "codex"
+    return found or (str(local) if local.exists() else None)
+
+
+def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(tmp_path):
+    codex = _codex()
+    if codex is None:
+        pytest.skip("Codex CLI not installed (make codex: npm install --prefix build/codex @openai/codex)")
+    upstream, server = start_upstream()
+    upstream.calls = [("exec_command", json.dumps({"cmd": f"seq {k} {k + 500}"})) for k in range(CALLS)]
+    proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
+    try:
+        (tmp_path / "config.toml").write_text(
+            'model = "gpt-5-codex"\nmodel_provider = "optictx"\n[model_providers.optictx]\nname = "optictx"\n'
+            f'base_url = "{proxy.url}/v1"\nwire_api = "responses"\nenv_key = "OPTICTX_TEST_KEY"\n')
+        env = {**os.environ, "CODEX_HOME": str(tmp_path), "OPTICTX_TEST_KEY": "key-codex"}
+        # No sandbox: Codex's needs user namespaces, which a CI container may not give; the
+        # commands are `seq`, in a temporary folder.
+        run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                              "count for me"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                             stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert upstream.reply in run.stdout
+        bodies = [a.body for a in upstream.arrivals if a.path == "/v1/responses"]
+        assert len(bodies) == CALLS + 1 and all(b["stream"] is True and b["store"] is False for b in bodies)
+        given = {f"rs_{n}": f"gAAAA-{n}-" + "e" * 80 for n in range(len(bodies))}
+        for body in bodies:  # encrypted reasoning went back unchanged, each before its call
+            items = body["input"]
+            for n, item in enumerate(items):
+                if item.get("type") == "reasoning":
+                    assert item["encrypted_content"] == given[item["id"]]
+                    assert items[n + 1]["type"] == "function_call"
+            calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+            assert all(i["call_id"] in calls for i in items if i.get("type") == "function_call_output")
+        pages = [p for i in bodies[-1]["input"] if isinstance(i.get("content"), list) for p in i["content"]
+                 if p.get("type") == "input_image" and p["image_url"].startswith("data:image/png")]
+        assert pages, "the session's old command outputs went as page images"
+        tenant = tenant_of({"authorization": "Bearer key-codex"})
+        conversations = proxy.proxy.ledger.conversations(tenant)
+        assert len(conversations) == 1 and conversations[0]["requests"] == CALLS + 1
+        events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
+        assert events[0] == "verbatim" and "append" in events[1:] and "forced" in events
+    finally:
+        proxy.stop()
+        stop_upstream(server)
