@@ -99,6 +99,7 @@ class Memory:
     cache: bool = _policy_field("cache")
     headroom: float = _policy_field("headroom")
     horizon: float = _policy_field("horizon")
+    margin: float = _policy_field("margin")
 
     def _set_policy(self, **fields: Any) -> None:
         with self._lock:

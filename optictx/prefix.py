@@ -10,8 +10,8 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
 - forced: the appended prompt would exceed the hard budget or the images cap, or the system and
   pinned turns changed. It plans to the budget less `Policy.headroom`, so the next one is far.
 - paid: what it saves on every later prompt, read from the cache at the provider's price over
-  the calls still to come (estimated as `Policy.horizon` times the calls so far), exceeds what
-  writing the changed part again costs now beyond appending.
+  the calls still to come (estimated as `Policy.horizon` times the calls so far), exceeds
+  `Policy.margin` times what writing the changed part again costs now beyond appending.
 
 A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
 pages are frozen at their tiers, every turn after them goes as itself, never as drawn lines.
@@ -135,7 +135,7 @@ def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     if growth > 0:
         ahead = min(ahead, (limit - append.tokens) / growth)
     saved = pricing.steady(append.tokens) - pricing.steady(cand.tokens)
-    if not pricing.rewrite_pays(saved, cost_cand - cost_append, ahead):
+    if not pricing.rewrite_pays(saved, policy.margin * (cost_cand - cost_append), ahead):
         return 0.0
     return ahead * saved - (cost_cand - cost_append)
 

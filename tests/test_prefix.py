@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, Memory
+from optictx.errors import ConfigError
 from optictx.export import to_anthropic, to_openai
 from optictx.pieces import common_prefix
 from optictx.prefix import piece_tokens, tokens_per_piece
@@ -155,6 +156,30 @@ def test_at_the_defaults_the_saving_comes_from_pages_not_from_forgetting(sample,
         events.append(ctx.event)
         assert not ctx.gone, (ctx.event, len(ctx.gone))
     assert "paid" in events
+
+
+def test_a_larger_margin_never_pays_a_compaction_sooner(sample):
+    """Until its first paid compaction a memory's calls are the same whatever the margin (the
+    conversation as it came, then appends), and a larger margin asks more of each: its first
+    paid compaction comes no sooner, and at a margin no bet meets, none comes at all."""
+    def first_paid(margin: float) -> int | None:
+        mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", margin=margin)
+        calls = 0
+        for m in sample:
+            mem.add(m)
+            if m["role"] == "assistant":
+                continue
+            calls += 1
+            if mem.context().event == "paid":
+                return calls
+        return None
+
+    firsts = [first_paid(m) for m in (1.0, 1.5, 3.0, 1000.0)]
+    assert firsts[0] is not None and firsts[-1] is None
+    reached = [f for f in firsts if f is not None]
+    assert reached == sorted(reached) and reached[0] < reached[-1], firsts
+    with pytest.raises(ConfigError, match="margin"):
+        Memory(margin=0.5)
 
 
 def test_the_plan_state_survives_a_reopen(sample, backend):
