@@ -83,12 +83,12 @@ def tenancy(url: str, rng: random.Random, t: Tally, n: int) -> None:
         cid = _chat(url, headers=mine).headers.get("x-optictx-conversation", "")
         for who in ({}, {rng.choice(CREDENTIAL_HEADERS): f"optictx-hostile-other-{rng.random()}"}):
             c = t.counts["tenancy"]
-            c["cases"] += 3
+            c["cases"] += 4
             listed = httpx.get(url + "/optictx/api/conversations", headers=who).json()["conversations"]
             c["leaks"] += any(x["id"] == cid for x in listed)
             c["leaks"] += httpx.get(f"{url}/optictx/api/conversations/{cid}", headers=who).status_code != 404
-            c["leaks"] += httpx.get(f"{url}/optictx/api/conversations/{cid}/contact.png",
-                                    headers=who).status_code != 404
+            for path in ("pages", "pages/0.png"):
+                c["leaks"] += httpx.get(f"{url}/optictx/api/conversations/{cid}/{path}", headers=who).status_code != 404
 
 
 def stall(proxy: Proxy, t: Tally) -> None:
@@ -180,7 +180,7 @@ def bounds(upstream: Any, t: Tally, store: str | None) -> dict[str, float]:
     over the cap, bytes in flight over the cap."""
     out = {}
     p = Proxy(ServeConfig(upstream=upstream.openai_url, budget=3000, store=store, max_answer_bytes=2**20,
-                          max_inflight_bytes=64 * 1024, max_body_bytes=48 * 1024))
+                          max_inflight_bytes=64 * 1024, max_body_bytes=48 * 1024, tenancy="per-key"))
     try:
         for mib in (16, 64):
             upstream.stream_body = b"x" * (mib * 2**20)
@@ -266,7 +266,7 @@ def run(store_kind: str, cases: int, seed: int) -> dict[str, Any]:
         else:
             store = str(Path(tmp) / "store")
         proxy = Proxy(ServeConfig(upstream=state.openai_url, anthropic_upstream=state.anthropic_url, budget=3000,
-                                  store=store, lock_wait=3.0, tenant_threads=4))
+                                  store=store, lock_wait=3.0, tenant_threads=4, tenancy="per-key"))
         ACKED.clear()
         try:
             tenancy(proxy.url, rng, t, cases // 4)

@@ -64,7 +64,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         pages = [p for i in bodies[-1]["input"] if isinstance(i.get("content"), list) for p in i["content"]
                  if p.get("type") == "input_image" and p["image_url"].startswith("data:image/png")]
         assert pages, "the session's old command outputs went as page images"
-        tenant = tenant_of({"authorization": "Bearer key-codex"})
+        tenant = tenant_of({}, personal=True)  # one person's proxy: the default on loopback without a key
         conversations = proxy.proxy.ledger.conversations(tenant)
         assert len(conversations) == 1 and conversations[0]["requests"] == CALLS + 1
         events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]

@@ -1,5 +1,8 @@
-"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright): a key
-sees its own conversations, the plot and the latest context's contact sheet, never another's."""
+"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright). On one
+person's proxy (the default on loopback without a proxy key) it shows every conversation with no
+key, titled by its first user message, with time, model and the bill; its pages open full size
+beside the text they replaced; with nothing served yet it says what to do. Per key, a key sees
+its own conversations, never another's."""
 
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary
 # Flags for a closed network: no background fetches, no sandbox as root (tests run as root in CI).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
+TASK = "Task 1: The monthly report double-counts refunds"  # the sample's first user message starts so
 
 
-@pytest.fixture()
-def served(tmp_path):
+def _served(tenancy: str, requests: tuple[tuple[str, int], ...]):
+    """A proxy that served `requests`: (API key, step), step k sending the sample's first 60 + 10k
+    messages."""
     import openai
 
     from optictx.sample import sample_conversation
@@ -31,51 +36,122 @@ def served(tmp_path):
     from serve_peers import Proxy, start_upstream, stop_upstream
 
     state, server = start_upstream()
-    proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=2500, keep_recent=4))
+    proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=2500, keep_recent=4, tenancy=tenancy))
     sample = sample_conversation()
     try:
-        for key, n in (("key-a", 3), ("key-b", 1)):
+        for key, step in requests:
             client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0)
-            for step in range(n):
-                client.chat.completions.create(model="deepseek-ocr", messages=sample[: 60 + 10 * step])
+            client.chat.completions.create(model="deepseek-ocr", messages=sample[: 60 + 10 * step])
         yield proxy
     finally:
         proxy.stop()
         stop_upstream(server)
 
 
-@needs_chromium
-def test_the_dashboard_shows_a_keys_conversations_plot_and_contact_sheet(served, tmp_path):
+@pytest.fixture()
+def per_key():
+    yield from _served("per-key", (("key-a", 0), ("key-a", 1), ("key-a", 2), ("key-b", 0)))
+
+
+@pytest.fixture()
+def personal():
+    # Two tokens, as a subscription's OAuth token rotates mid-session: still one person's.
+    yield from _served("auto", (("oauth-token-1", 0), ("oauth-token-1", 1), ("oauth-token-2", 2)))
+
+
+@pytest.fixture()
+def empty():
+    yield from _served("auto", ())
+
+
+@pytest.fixture()
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 1400})
-            page.goto(served.url + "/optictx/")
-            page.fill("#api-key", "key-a")
-            page.click("button[type=submit]")
-            page.wait_for_selector("#conversations tbody tr")
-            rows = page.locator("#conversations tbody tr")
-            assert rows.count() == 1  # key-b's conversation is not listed
-            assert "3" in rows.first.inner_text()
-            assert "saved" in page.inner_text("#totals")
-            rows.first.click()
-            page.wait_for_selector("#requests tbody tr")
-            assert page.locator("#requests tbody tr").count() == 3
-            points = page.get_attribute("#plot polyline[data-field=sent]", "points")
-            assert points and len(points.split()) == 3
-            sheet = page.locator("#sheet")
-            for _ in range(100):  # the contact sheet arrives as a blob (the page's CSP forbids eval)
-                if sheet.evaluate("img => img.complete && img.naturalWidth") > 0:
-                    break
-                page.wait_for_timeout(50)
-            assert sheet.evaluate("img => img.naturalWidth") > 300
-            shot = page.screenshot(full_page=True)
+            yield b
         finally:
-            browser.close()
+            b.close()
+
+
+def _loaded(page, selector: str) -> None:
+    """Waits until the image at `selector` has arrived (a blob: the page's CSP forbids eval)."""
+    for _ in range(200):
+        if page.locator(selector).evaluate("img => img.complete && img.naturalWidth") > 0:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{selector} never loaded")
+
+
+def _not_blank(shot: bytes) -> None:
     image = Image.open(io.BytesIO(shot)).convert("L")
-    (tmp_path / "dashboard.png").write_bytes(shot)
     low, high = image.getextrema()
     assert high - low > 100, "the screenshot is blank"
-    assert len(np.unique(np.asarray(image.resize((64, 64))))) > 20  # text, a plot, thumbnails: not one flat colour
+    assert len(np.unique(np.asarray(image.resize((64, 64))))) > 20  # text, a plot, pages: not one flat colour
+
+
+@needs_chromium
+def test_one_persons_dashboard_needs_no_key_and_opens_pages_full_size(personal, browser, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    page.goto(personal.url + "/optictx/")
+    page.wait_for_selector("#conversations tbody tr")
+    assert page.locator("#keys").is_hidden()  # nothing to paste
+    rows = page.locator("#conversations tbody tr")
+    assert rows.count() == 1  # a rotating token kept one conversation
+    row = rows.first.inner_text()
+    assert row.startswith(TASK) and "deepseek-ocr" in row and "\t3\t" in row  # title, model, requests
+    assert "saved" in page.inner_text("#totals")
+    rows.first.click()
+    page.wait_for_selector("#requests tbody tr")
+    assert page.locator("#requests tbody tr").count() == 3
+    legend = page.inner_text("#legend")
+    assert all(word in legend for word in ("tiny", "gone", "text", "append", "as it came"))
+    page.wait_for_selector("#pages .thumb img")
+    thumbs = page.locator("#pages .thumb")
+    assert thumbs.count() >= 3
+    _loaded(page, "#pages .thumb img >> nth=0")
+    label = thumbs.first.inner_text()
+    tier = label.split(" \u00b7 ")[1]
+    thumbs.first.click()
+    page.wait_for_selector("#viewer:not([hidden])")
+    _loaded(page, "#full")
+    from optictx import Tier
+
+    assert page.locator("#full").evaluate("img => img.naturalWidth") == Tier(tier).side  # as the model got it
+    shown = page.locator("#full").evaluate("img => img.clientWidth")  # inside its 1-px border
+    assert shown == Tier(tier).side  # drawn at its own size, not shrunk to a thumbnail
+    text = page.inner_text("#full-text")
+    assert len(text) > 200 and "#" in text  # the turns the page replaced, with their headers
+    shot = page.screenshot(full_page=True)
+    (tmp_path / "dashboard.png").write_bytes(shot)
+    _not_blank(shot)
+
+
+@needs_chromium
+def test_per_key_a_key_sees_its_own_conversations_only(per_key, browser):
+    page = browser.new_page(viewport={"width": 1200, "height": 1200})
+    page.goto(per_key.url + "/optictx/")
+    page.wait_for_selector("#keys:not([hidden])")
+    assert page.locator("#empty-key").is_visible()  # says to give the key
+    page.fill("#api-key", "key-a")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#conversations tbody tr")
+    rows = page.locator("#conversations tbody tr")
+    assert rows.count() == 1 and "\t3\t" in rows.first.inner_text()  # key-b's conversation is not listed
+    page.fill("#api-key", "key-c")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#empty:not([hidden])")
+    assert page.locator("#conversations tbody tr").count() == 0
+
+
+@needs_chromium
+def test_with_nothing_served_the_dashboard_says_what_to_do(empty, browser):
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.goto(empty.url + "/optictx/")
+    page.wait_for_selector("#empty:not([hidden])")
+    said = page.inner_text("#empty")
+    assert f"ANTHROPIC_BASE_URL={empty.url} claude" in said and f"OPENAI_BASE_URL={empty.url}/v1" in said
+    assert "wire_api" in said and page.locator("#conversations").is_hidden()
+    _not_blank(page.screenshot(full_page=True))

@@ -40,6 +40,7 @@ def upstream():
 @pytest.fixture()
 def proxy(upstream, tmp_path):
     p = Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url, vision="auto",
+                          tenancy="per-key",
                           budget=BUDGET, keep_recent=KEEP))
     yield p
     p.stop()
@@ -144,9 +145,10 @@ def test_two_keys_with_the_same_messages_never_share_a_memory_or_dashboard_rows(
         assert [c["id"] for c in mine["conversations"]] == [ca]
         theirs = http.get(f"/optictx/api/conversations/{cb}", headers={"authorization": "Bearer key-a"})
         assert theirs.status_code == 404
-        assert http.get(f"/optictx/api/conversations/{cb}/contact.png",
-                        headers={"authorization": "Bearer key-a"}).status_code == 404
-        assert http.get(f"/optictx/api/conversations/{cb}/contact.png",
+        for path in ("pages", "pages/0.png"):
+            assert http.get(f"/optictx/api/conversations/{cb}/{path}",
+                            headers={"authorization": "Bearer key-a"}).status_code == 404
+        assert http.get(f"/optictx/api/conversations/{cb}/pages/0.png",
                         headers={"authorization": "Bearer key-b"}).headers["content-type"] == "image/png"
     records = proxy.proxy.ledger
     assert "key-a" not in json.dumps(records.conversations(_tenant("key-a")))
@@ -322,7 +324,8 @@ def test_a_non_loopback_host_needs_allow_remote_and_then_the_proxy_key(upstream)
 
 def test_a_stored_conversation_continues_after_a_restart_without_rendering_again(upstream, tmp_path, sample,
                                                                                     monkeypatch):
-    config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s")
+    config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s",
+                         tenancy="per-key")
     p = Proxy(config)
     reference = Reference(OPENAI, budget=BUDGET, keep=KEEP)
     reference.send({"model": "deepseek-ocr", "messages": sample[:80]})

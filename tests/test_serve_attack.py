@@ -39,7 +39,7 @@ def upstream():
 
 def _serve(upstream, **settings_):
     return Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url,
-                             **{"budget": 3000, **settings_}))
+                             **{"budget": 3000, "tenancy": "per-key", **settings_}))
 
 
 @pytest.fixture()
@@ -79,7 +79,8 @@ def test_every_credential_header_is_a_tenant_of_its_own(proxy, header):
     assert _listed(proxy.url, other) == []
     for who in ({}, other):
         assert httpx.get(f"{proxy.url}/optictx/api/conversations/{cid}", headers=who).status_code == 404
-        assert httpx.get(f"{proxy.url}/optictx/api/conversations/{cid}/contact.png", headers=who).status_code == 404
+        for path in ("pages", "pages/0.png"):
+            assert httpx.get(f"{proxy.url}/optictx/api/conversations/{cid}/{path}", headers=who).status_code == 404
     # The same history from a keyless client is its own conversation, never this one's memory.
     assert _chat(proxy.url).headers["x-optictx-conversation"] != cid
 

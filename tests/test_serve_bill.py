@@ -29,7 +29,8 @@ def upstream():
 
 
 def _proxy(upstream, **kw):
-    return Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url, **kw))
+    return Proxy(ServeConfig(upstream=upstream.openai_url, anthropic_upstream=upstream.anthropic_url,
+                             **{"tenancy": "per-key", **kw}))
 
 
 @pytest.fixture()

@@ -60,7 +60,8 @@ PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthC
 @pytest.fixture(scope="module")
 def served():
     state, server = start_upstream()
-    app = create_app(ServeConfig(upstream=state.openai_url, anthropic_upstream=state.anthropic_url, budget=500))
+    app = create_app(ServeConfig(upstream=state.openai_url, anthropic_upstream=state.anthropic_url, budget=500,
+                                 tenancy="per-key"))
     loop = asyncio.new_event_loop()  # one loop: the app's upstream client lives on it
     yield app, state, loop
     loop.close()

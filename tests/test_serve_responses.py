@@ -37,7 +37,8 @@ def upstream():
 
 @pytest.fixture()
 def proxy(upstream):
-    p = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=BUDGET, keep_recent=KEEP))
+    p = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=BUDGET, keep_recent=KEEP,
+                          tenancy="per-key"))
     yield p
     p.stop()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -59,6 +60,15 @@ class ServeConfig(BaseModel):
                              "(another request of it in progress) before a 429 with Retry-After")
     tenant_threads: int = Field(8, ge=1, le=40, description="worker threads one credential may hold at once "
                                 "(of 40): one stuck conversation never stalls another tenant")
+    tenancy: Literal["auto", "personal", "per-key"] = Field(
+        "auto", description="whose conversations a request sees. personal: every client is one person (the "
+        "dashboard needs no key; a rotating OAuth token keeps its conversations); per-key: each credential is "
+        "its own tenant; auto: personal without a proxy key, per-key with one")
+
+    @property
+    def personal(self) -> bool:
+        """Every request is the one local person's (`tenancy`)."""
+        return self.tenancy == "personal" or (self.tenancy == "auto" and not self.proxy_key)
 
     @field_validator("store", mode="before")
     @classmethod

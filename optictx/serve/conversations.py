@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import secrets
 import threading
 from collections import OrderedDict
@@ -49,10 +50,26 @@ def credential(headers: Mapping[str, str]) -> str:
     return "\0".join(secrets_)
 
 
-def tenant_of(headers: Mapping[str, str]) -> str:
+def tenant_of(headers: Mapping[str, str], *, personal: bool = False) -> str:
     """Whose conversations these are: a digest of the credential, never the credential itself.
-    Without a credential: the keyless tenant, which sees only what other keyless requests made."""
-    return hashlib.sha256(b"optictx tenant\0" + credential(headers).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    Without a credential, or on a personal proxy (`ServeConfig.tenancy`) whatever it is: the
+    keyless tenant, which sees only what other such requests made."""
+    secret = "" if personal else credential(headers)
+    return hashlib.sha256(b"optictx tenant\0" + secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+# What agents wrap around a user's words (Claude Code's <system-reminder>, Codex's
+# <environment_context>): not what a person would call the conversation.
+_WRAPPED = re.compile(r"<([A-Za-z][\w-]*)[^>]*>.*?</\1>", re.S)
+
+
+def title_of(turns: Sequence[Turn]) -> str:
+    """A conversation's title: the start of its first user message that says something outside
+    an agent's tags, on one line."""
+    for t in turns:
+        if t.role == "user" and (words := " ".join(_WRAPPED.sub(" ", t.text).split())):
+            return words[:120]
+    return ""
 
 
 def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:
@@ -188,7 +205,7 @@ class Conversations:
                 for t in turns[have:]:
                     conv.memory.add(t)
             if held == 0:
-                self.ledger.new_conversation(conv.id, conv.tenant, conv.name)
+                self.ledger.new_conversation(conv.id, conv.tenant, conv.name, title_of(turns))
             # From `held`: a replica killed between its commit and this line left those digests out.
             self.ledger.extend(conv.id, digests, held)
             return True

@@ -1,10 +1,11 @@
 """`GET /optictx/`: what the proxy sent, per conversation of the caller. The page is static; its
-script asks the JSON routes with the caller's API key, and each route answers for that key's
-conversations only (another key's are "not found")."""
+script asks the JSON routes, and each answers for the caller's tenant only (another's are "not
+found"): on a personal proxy that is everything it served, with no key; per key, the
+conversations of the API key the page is given (`ServeConfig.tenancy`)."""
 
 from __future__ import annotations
 
-import io
+import base64
 import re
 from collections.abc import Callable
 from importlib import resources
@@ -15,12 +16,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..report import contact_sheet
 from .answers import INCIDENTS, answered
-from .conversations import tenant_of
 from .openai_api import OPENAI
 
 if TYPE_CHECKING:
+    from ..context import Context
     from .proxy import Proxy
 
 _UNKNOWN = {"error": {"message": "no such conversation for this API key", "type": "not_found_error"}}
@@ -29,7 +29,7 @@ _ID = re.compile(r"[0-9a-f]{16}")  # conversations.Conversations._new's ids
 
 def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
     """`admit` raises ApiError for a request the dashboard must not answer (guards.py)."""
-    page = resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
+    html = resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
 
     def guard(handler: Callable) -> Callable:
         async def guarded(request: Request) -> Response:
@@ -40,39 +40,51 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         return guarded
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(page, headers={"cache-control": "no-store",
+        return HTMLResponse(html, headers={"cache-control": "no-store",
                                            "content-security-policy": "default-src 'self'; img-src 'self' blob:; "
                                            "style-src 'unsafe-inline'; script-src 'unsafe-inline'"})
 
     async def conversations(request: Request) -> Response:
-        rows = await run_in_threadpool(proxy.ledger.conversations, tenant_of(request.headers))
+        rows = await run_in_threadpool(proxy.ledger.conversations, proxy.tenant(request.headers))
         return JSONResponse({"conversations": rows})
 
     async def conversation(request: Request) -> Response:
-        tenant, cid = tenant_of(request.headers), request.path_params["cid"]
+        tenant, cid = proxy.tenant(request.headers), request.path_params["cid"]
         if not _ID.fullmatch(cid) or await run_in_threadpool(proxy.ledger.owner, cid) != tenant:
             return JSONResponse(_UNKNOWN, 404)
         rows = await run_in_threadpool(proxy.ledger.requests, tenant, cid)
         return JSONResponse({"id": cid, "requests": rows})
 
     async def status(request: Request) -> Response:
-        """What went wrong since start, counted (details in the log): the same for every tenant."""
-        return JSONResponse({"incidents": dict(INCIDENTS)})
+        """What went wrong since start, counted (details in the log), and whose conversations a
+        request sees: the same for every tenant."""
+        return JSONResponse({"incidents": dict(INCIDENTS),
+                             "tenancy": "personal" if proxy.config.personal else "per-key"})
 
-    async def contact(request: Request) -> Response:
-        conv = proxy.conversations.find(tenant_of(request.headers), request.path_params["cid"])
-        if conv is None or conv.last is None:
+    def latest(request: Request) -> Context | None:
+        conv = proxy.conversations.find(proxy.tenant(request.headers), request.path_params["cid"])
+        return None if conv is None else conv.last  # type: ignore[return-value]
+
+    async def pages(request: Request) -> Response:
+        """The latest context's pages: tier, turns, tokens and the text each replaced."""
+        ctx = latest(request)
+        if ctx is None:
             return JSONResponse(_UNKNOWN, 404)
+        return JSONResponse({"gone": len(ctx.gone), "vision": ctx.vision.name, "pages": [
+            {"n": n, "tier": seg.tier.value, "turns": [seg.turn_ids[0], seg.turn_ids[-1]] if seg.turn_ids else [],
+             "tokens": seg.tokens, "image": seg.tier.is_image, "text": seg.text} for n, seg in enumerate(ctx.pages)]})
 
-        def draw() -> bytes:
-            buf = io.BytesIO()
-            contact_sheet(conv.last, thumb=120).save(buf, format="PNG")  # type: ignore[arg-type]
-            return buf.getvalue()
-
-        return Response(await run_in_threadpool(draw), media_type="image/png", headers={"cache-control": "no-store"})
+    async def page_image(request: Request) -> Response:
+        """One page of the latest context, as the model received it (full size, at its tier)."""
+        ctx, n = latest(request), request.path_params["n"]
+        if ctx is None or not 0 <= n < len(ctx.pages) or not ctx.pages[n].tier.is_image:
+            return JSONResponse(_UNKNOWN, 404)
+        png = await run_in_threadpool(lambda: base64.b64decode(ctx.pages[n].png_base64()))
+        return Response(png, media_type="image/png", headers={"cache-control": "no-store"})
 
     return [Route("/optictx/", guard(index)),
             Route("/optictx/api/conversations", guard(conversations)),
             Route("/optictx/api/status", guard(status)),
             Route("/optictx/api/conversations/{cid}", guard(conversation)),
-            Route("/optictx/api/conversations/{cid}/contact.png", guard(contact))]
+            Route("/optictx/api/conversations/{cid}/pages", guard(pages)),
+            Route("/optictx/api/conversations/{cid}/pages/{n:int}.png", guard(page_image))]

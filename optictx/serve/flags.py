@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from ..cost import COST_MODELS
 from .config import ServeConfig
@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=about if not default else f"do not {about}")
             continue
         shown = "" if default is None else f" (default {default})"
-        extra = {"choices": ["auto", *COST_MODELS]} if name == "vision" else {}
+        extra = {"choices": ["auto", *COST_MODELS]} if name == "vision" else (
+            {"choices": list(get_args(field.annotation))} if get_origin(field.annotation) is Literal else {})
         parser.add_argument(flag, type=kind, default=default, help=about + shown, **extra)
 
 

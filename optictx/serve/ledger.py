@@ -1,7 +1,9 @@
 """The proxy's own records: which conversation each message chain leads to, and one row per
 request for the dashboard. In one SQLite database (a file next to the memories, 0600, with
 `--store FOLDER`; in memory without) or, with `--store postgresql://...`, in tables beside the
-memories, shared by every replica. Keys are digests: no API key, no message text."""
+memories, shared by every replica. Keys are digests: no API key is kept, and the only message
+text is a conversation's title (the start of its first user message; the memories beside it
+hold the whole conversation anyway)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, convers
 # The bill of each request in base-input tokens (a cache read at 0.1x counts a tenth) and in
 # dollars: optictx's prompt and the conversation as it came, modeled under the provider's cache
 # rules (serve/meter.py), and what the upstream said it billed (NULL: it said nothing).
+_ADDED_CONVERSATIONS = ("title TEXT",)
 _ADDED = ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
           "passthrough_usd {real}", "billed_usd {real}", "usage TEXT")
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
@@ -75,10 +78,11 @@ class _SQLite:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.executescript(_SCHEMA.format(**_SQLITE))
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
-        for column in _ADDED:
-            if column.split()[0] not in have:
-                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column.format(**_SQLITE)}")
+        for table, added in (("requests", _ADDED), ("conversations", _ADDED_CONVERSATIONS)):
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for column in added:
+                if column.split()[0] not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column.format(**_SQLITE)}")
 
     def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -106,9 +110,10 @@ class _Postgres:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for statement in _SCHEMA.format(**_POSTGRES).split(";"):
                 conn.execute(statement)
-            for column in _ADDED:
-                conn.execute("ALTER TABLE optictx_serve_requests ADD COLUMN IF NOT EXISTS "
-                             + column.format(**_POSTGRES))
+            for table, added in (("requests", _ADDED), ("conversations", _ADDED_CONVERSATIONS)):
+                for column in added:
+                    conn.execute(f"ALTER TABLE optictx_serve_{table} ADD COLUMN IF NOT EXISTS "
+                                 + column.format(**_POSTGRES))
 
     def _retried(self, work: Callable[[Any], Any], idempotent: bool) -> Any:
         # A dropped connection is tried again, unless that could count a row twice.
@@ -179,9 +184,9 @@ class Ledger:
                 return row[0][0], row[0][1]
         return None
 
-    def new_conversation(self, conversation: str, tenant: str, name: str | None) -> None:
-        self._run("INSERT INTO {p}conversations VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                  (conversation, tenant, name, time.time()))
+    def new_conversation(self, conversation: str, tenant: str, name: str | None, title: str = "") -> None:
+        self._run("INSERT INTO {p}conversations (id, tenant, name, created, title) VALUES (?, ?, ?, ?, ?) "
+                  "ON CONFLICT (id) DO NOTHING", (conversation, tenant, name, time.time(), _text(title, 120)))
 
     def extend(self, conversation: str, digests: list[bytes], first: int) -> None:
         """Chain digests[first:] (of turns first+1, ...) lead to `conversation`."""
@@ -212,9 +217,11 @@ class Ledger:
         money = ", ".join(f"SUM(r.{c})" for c in _MONEY)
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
-            f"MAX(r.at), {money} FROM {{p}}conversations c LEFT JOIN {{p}}requests r ON r.conversation = c.id "
-            "WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, c.created DESC", (tenant,))
-        keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY)
+            f"MAX(r.at), {money}, c.title, (SELECT model FROM {{p}}requests m WHERE m.conversation = c.id "
+            f"ORDER BY m.id DESC LIMIT 1) FROM {{p}}conversations c LEFT JOIN {{p}}requests r "
+            "ON r.conversation = c.id WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, "
+            "c.created DESC", (tenant,))
+        keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY, "title", "model")
         return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), *r[6:]))) for r in rows]
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:

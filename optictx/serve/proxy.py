@@ -104,6 +104,11 @@ class Proxy:
         """A stored conversation's memory, with the settings it was made with."""
         return Memory.open(store, image_cache_bytes=self.config.image_cache_bytes)
 
+    def tenant(self, headers: Mapping[str, str]) -> str:
+        """Whose conversations a request sees: its credential's, or on a personal proxy the one
+        person's (`ServeConfig.tenancy`)."""
+        return tenant_of(headers, personal=self.config.personal)
+
     def settings(self, headers: Mapping[str, str]) -> tuple[str | None, int]:
         """X-Optictx-Conversation and X-Optictx-Budget, checked (ApiError naming the header)."""
         name = headers.get("x-optictx-conversation")
@@ -123,7 +128,7 @@ class Proxy:
         """Fit `parsed` through its conversation. `keep=False` (token counting): a conversation
         that holds exactly these turns is used, else a memory that is thrown away afterwards."""
         name, budget = self.settings(headers)
-        tenant = tenant_of(headers)
+        tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
             log.info("a %s request sent as it came: %s", dialect.name, parsed.passthrough)
             record = Sent("-", tenant, dialect.name, parsed.model, vision_for(parsed.model, dialect.provider,

@@ -1,0 +1,94 @@
+"""Whose conversations a request sees (`--tenancy`): on one person's proxy (the default on
+loopback without a proxy key) every client is that person, so a subscription's rotating OAuth
+token keeps one conversation and the dashboard needs no key; with a proxy key (a deployment)
+each credential is its own tenant, as the serve hardening requires."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from conftest import needs
+
+pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
+
+import httpx  # noqa: E402
+
+from optictx.errors import ConfigError  # noqa: E402
+from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.flags import add_arguments, config_from  # noqa: E402
+
+from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+
+anthropic = pytest.importorskip("anthropic")
+PROXY_KEY = "p" * 24
+
+
+@pytest.fixture()
+def upstream():
+    state, server = start_upstream()
+    yield state
+    stop_upstream(server)
+
+
+def _session(proxy, tokens, sample, extra=None):
+    """One growing Claude Code-like session, each request with the next token (an OAuth token
+    that rotates): Authorization: Bearer, as the anthropic client sends `auth_token`."""
+    system = sample[0]["content"]
+    turns = [m for m in sample[1:] if m["role"] == "user" and isinstance(m["content"], str)]
+    history = []
+    for step, token in enumerate(tokens):
+        history += [{"role": "user", "content": turns[step]["content"]}, {"role": "assistant", "content": "ok"}]
+        client = anthropic.Anthropic(base_url=proxy.url, auth_token=token, max_retries=0, default_headers=extra)
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=20, system=system, messages=history[:-1])
+
+
+def _listed(proxy, headers=None):
+    r = httpx.get(proxy.url + "/optictx/api/conversations", headers=headers or {})
+    assert r.status_code == 200, r.text
+    return r.json()["conversations"]
+
+
+def test_one_persons_proxy_keeps_one_conversation_across_a_rotating_token(upstream, sample):
+    proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=3000))
+    try:
+        assert proxy.proxy.config.personal  # loopback, no proxy key: one person's
+        _session(proxy, ["sk-ant-oat01-first", "sk-ant-oat01-second", "sk-ant-oat01-third"], sample)
+        listed = _listed(proxy)  # no key given: it is this person's machine
+        assert len(listed) == 1 and listed[0]["requests"] == 3
+        assert listed[0]["title"].startswith(sample[1]["content"][:40]) and listed[0]["model"] == "claude-sonnet-4-5"
+        status = httpx.get(proxy.url + "/optictx/api/status").json()
+        assert status["tenancy"] == "personal"
+    finally:
+        proxy.stop()
+
+
+def test_with_a_proxy_key_each_credential_is_its_own_tenant(upstream, sample):
+    proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=3000, proxy_key=PROXY_KEY))
+    gate = {"x-optictx-key": PROXY_KEY}
+    try:
+        assert not proxy.proxy.config.personal  # auto: a deployment keeps tenants apart
+        _session(proxy, ["token-a", "token-b"], sample, gate)
+        mine = _listed(proxy, {**gate, "authorization": "Bearer token-a"})
+        theirs = _listed(proxy, {**gate, "authorization": "Bearer token-b"})
+        assert len(mine) == 1 and len(theirs) == 1 and mine[0]["id"] != theirs[0]["id"]  # a new token: a fork
+        assert _listed(proxy, gate) == []  # no credential: none of theirs
+        assert httpx.get(proxy.url + "/optictx/api/status", headers=gate).json()["tenancy"] == "per-key"
+    finally:
+        proxy.stop()
+
+
+def test_the_tenancy_setting_and_its_flag():
+    loopback = {"upstream": "http://127.0.0.1:9/v1"}
+    assert ServeConfig(**loopback).personal
+    assert not ServeConfig(**loopback, tenancy="per-key").personal
+    assert ServeConfig(**loopback, tenancy="personal", proxy_key=PROXY_KEY).personal  # said outright
+    assert not ServeConfig(**loopback, proxy_key=PROXY_KEY).personal
+    with pytest.raises(ConfigError, match="tenancy"):
+        ServeConfig.make(**loopback, tenancy="everyone")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from(parser.parse_args(["--upstream", loopback["upstream"], "--tenancy", "per-key"])).tenancy == \
+        "per-key"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--tenancy", "everyone"])
