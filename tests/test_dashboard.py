@@ -25,7 +25,7 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 TASK = "Task 1: The monthly report double-counts refunds"  # the sample's first user message starts so
 
 
-def _served(tenancy: str, requests: tuple[tuple[str, int], ...]):
+def _served(tenancy: str, requests: tuple[tuple[str, int], ...], model: str = "deepseek-ocr", budget: int = 2500):
     """A proxy that served `requests`: (API key, step), step k sending the sample's first 60 + 10k
     messages."""
     import openai
@@ -36,12 +36,12 @@ def _served(tenancy: str, requests: tuple[tuple[str, int], ...]):
     from serve_peers import Proxy, start_upstream, stop_upstream
 
     state, server = start_upstream()
-    proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=2500, keep_recent=4, tenancy=tenancy))
+    proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=budget, keep_recent=4, tenancy=tenancy))
     sample = sample_conversation()
     try:
         for key, step in requests:
             client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0)
-            client.chat.completions.create(model="deepseek-ocr", messages=sample[: 60 + 10 * step])
+            client.chat.completions.create(model=model, messages=sample[: 60 + 10 * step])
         yield proxy
     finally:
         proxy.stop()
@@ -56,7 +56,8 @@ def per_key():
 @pytest.fixture()
 def personal():
     # Two tokens, as a subscription's OAuth token rotates mid-session: still one person's.
-    yield from _served("auto", (("oauth-token-1", 0), ("oauth-token-1", 1), ("oauth-token-2", 2)))
+    # gpt-4o: a model whose price genai-prices knows, so the bill shows in dollars.
+    yield from _served("auto", (("oauth-token-1", 0), ("oauth-token-1", 1), ("oauth-token-2", 2)), "gpt-4o", 8000)
 
 
 @pytest.fixture()
@@ -101,8 +102,8 @@ def test_one_persons_dashboard_needs_no_key_and_opens_pages_full_size(personal, 
     rows = page.locator("#conversations tbody tr")
     assert rows.count() == 1  # a rotating token kept one conversation
     row = rows.first.inner_text()
-    assert row.startswith(TASK) and "deepseek-ocr" in row and "\t3\t" in row  # title, model, requests
-    assert "saved" in page.inner_text("#totals")
+    assert row.startswith(TASK) and "gpt-4o" in row and "\t3\t" in row  # title, model, requests
+    assert row.count("$") >= 2 and "$" in page.inner_text("#totals") and "saved" in page.inner_text("#totals")
     rows.first.click()
     page.wait_for_selector("#requests tbody tr")
     assert page.locator("#requests tbody tr").count() == 3

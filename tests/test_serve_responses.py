@@ -158,6 +158,32 @@ def test_reasoning_items_go_back_byte_for_byte_beside_their_calls_or_not_at_all(
     _pairs_intact(body)
 
 
+def test_a_tool_call_round_trips_through_the_client_streamed_and_not(proxy, upstream, sample):
+    """The model asks for a tool (after an encrypted reasoning item); the client sends the call,
+    its output and the reasoning back, and they arrive as it sent them."""
+    client = _client(proxy)
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather in a city.", "strict": False,
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    items = as_items(sample[:60])
+    for stream in (False, True):
+        upstream.calls = [("get_weather", '{"city": "Paris"}')]
+        if stream:
+            with client.responses.stream(model="gpt-4o", input=items, tools=tools, store=False) as events:
+                answer = events.get_final_response()
+        else:
+            answer = client.responses.create(model="gpt-4o", input=items, tools=tools, store=False)
+        assert upstream.last(PATH).body["tools"] == tools
+        reasoning, call = answer.output
+        assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
+        back = [reasoning.model_dump(exclude_none=True), call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "18 C, clear"}]
+        final = client.responses.create(model="gpt-4o", input=[*items, *back], tools=tools, store=False)
+        assert final.output_text == upstream.reply
+        assert upstream.last(PATH).body["input"][-3:] == back  # verbatim, in order, after the pages
+        items = [*items, *back, {"role": "assistant", "content": final.output_text},
+                 {"role": "user", "content": "and tomorrow?"}]
+
+
 def test_a_growing_session_appends_and_keeps_one_conversation(proxy, upstream, sample):
     client = _client(proxy)
     reference = Reference(RESPONSES, budget=BUDGET, keep=KEEP)
