@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from optictx import Memory, RenderConfig
+from optictx.progress import each
 from optictx.renderers import line_boxes
 from optictx.tiers import IMAGE_TIERS
 
@@ -354,7 +355,7 @@ def train(lines: Lines, *, steps: int, seed: int, minutes: float | None = None, 
     index = {ch: i + 1 for i, ch in enumerate(CHARSET)}
     start = time.monotonic()
     net.train()
-    for step, (x, texts) in zip(range(steps), _batches(lines, batch, rng)):
+    for step, (x, texts) in zip(range(steps), each(_batches(lines, batch, rng), "training", "step", total=steps)):
         # Warm up, then a cosine down to nothing, over the steps or the minutes, whichever ends
         # first (a run cut short by time still anneals: what it saves is a finished model).
         done = step / steps if minutes is None else max(step / steps, (time.monotonic() - start) / (60 * minutes))

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
 from .io import read_jsonl
 from .memory import Memory
+from .progress import each
 from .promptcache import CACHE_PRICING as BILL_PROVIDERS
 from .report import contact_sheet, plan_table, printable
 from .serve.flags import add_arguments as add_serve_arguments
@@ -26,19 +27,10 @@ from .turns import Turn, to_turn
 T = TypeVar("T")
 
 
-def _progress(items: Sequence[T], desc: str) -> Iterable[T]:
-    """tqdm when it is installed and stderr is a terminal; the items as they are otherwise."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, unit="turn", disable=not sys.stderr.isatty(), leave=False)
-
-
 def _memory(turns: Sequence[Turn], args: argparse.Namespace) -> Memory:
     mem = Memory(vision=args.vision, budget=Budget(tokens=args.budget), keep_recent=args.keep_recent,
                  tokens_per_page=args.tokens_per_page)
-    for t in _progress(turns, "packing"):
+    for t in each(turns, "packing", "turn"):
         mem.add(t)  # a Turn keeps its own `pinned`
     return mem
 
@@ -88,7 +80,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     index = []
-    for page in _progress(mem.pages, "rendering"):
+    for page in each(mem.pages, "rendering", "page"):
         name = f"page_{page.index:04d}.png"
         mem.images.master(page).save(out / name)
         index.append({"page": page.index, "file": name, "sealed": page.sealed, "turn_ids": list(page.turn_ids),
@@ -316,7 +308,7 @@ def cmd_bill(args: argparse.Namespace) -> int:
     found = list(sessions(args.sessions))
     for provider in args.provider:
         bills = []
-        for session in _progress(found, f"bill {provider}"):
+        for session in each(found, f"bill {provider}", "session"):
             b = replay(session, provider, budget=args.budget, gap=args.gap_seconds, vision=args.vision)
             bills.append(b)
             s = b.summary()

@@ -30,6 +30,7 @@ from ..errors import ConfigError, ConversationFileError, need
 from ..images import PageImages
 from ..io import read_jsonl
 from ..packer import Packer, Page
+from ..progress import Bar
 from ..readers import CachedReader, char_accuracy, normalize
 from ..renderers import Block, Layout, RenderConfig
 from ..sample import prose_corpus, sample_conversation
@@ -183,6 +184,7 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
     base = base or RenderConfig()
     sweep = [(d, font_for_density(d, base)) for d in densities] or [(base.tokens_per_page, base.font_size)]
     cells = []
+    bar = Bar(len(sweep) * len(texts) * len(tiers), "fidelity cells", "cell")
     for density, font in sweep:
         for name, turns in texts.items():
             layout, got = full_pages(base.model_copy(update={"font_size": font}), turns, pages, density,
@@ -205,6 +207,8 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
                     statistics.mean(_word_acc(t, s) for t, s in zip(truth, read)),
                     statistics.mean(recall) if recall else float("nan"),
                     paper, pos, round(n_tokens / paper, 2), round(n_tokens / pos, 2), round(secs, 3)))
+                bar.update()
+    bar.close()
     return cells
 
 

@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optictx.errors import ConfigError, MissingExtraError, need
+from optictx.errors import ConfigError
 
 from ..budget import Budget
 from ..context import Context
 from ..gate import LegibilityGate
 from ..io import read_jsonl
 from ..memory import Memory
+from ..progress import Bar
 from ..sample import prose_corpus, sample_conversation
 from ..tiers import Tier
 from ..tokens import get_tokenizer
@@ -307,7 +308,7 @@ def run(config: NiahConfig, *, progress: bool = False) -> Results:
             done[cell] = CellResult.from_json(json.loads(path.read_text()))
         else:
             todo.append(cell)
-    bar = _bar(len(todo), progress)
+    bar = Bar(len(todo), "niah cells", "cell", show=progress)
     with ProcessPoolExecutor(config.workers) if config.workers > 1 and len(todo) > 1 else _Inline() as pool:
         for cell, result in zip(todo, pool.map(run_cell, [config] * len(todo), todo)):
             (folder / f"{cell.name}.json").write_text(json.dumps(result.to_json(), indent=1))
@@ -362,20 +363,3 @@ class _Inline:
 
     def map(self, fn: Callable[..., Any], *its: Any) -> Any:
         return map(fn, *its)
-
-
-def _bar(total: int, show: bool) -> Any:
-    """A progress bar: tqdm's when it is installed (the eval extra), none otherwise."""
-    try:
-        tqdm = need("tqdm", "eval").tqdm
-    except MissingExtraError:
-        show, tqdm = False, None
-    return tqdm(total=total, desc="niah cells", unit="cell", disable=not show) if tqdm else _NoBar()
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

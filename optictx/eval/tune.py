@@ -30,6 +30,7 @@ from optictx.errors import ConfigError
 
 from ..cost import get_cost_model
 from ..images import PageImages
+from ..progress import Bar, each
 from ..readers import CachedReader, char_accuracy
 from ..renderers import RenderConfig
 from ..tiers import Tier
@@ -121,6 +122,7 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
     most, then the best `finalists`, the best at each density and the default re-scored on
     held-out pages."""
     rng = random.Random(seed)
+    bar = Bar(max_evals, "tune trials", "trial")
     default = scorer.trial(0, "", fitted(start or RenderConfig()))
     best, trials, seen = default, [default], {default.config}
     improved = True
@@ -135,10 +137,12 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
                 seen.add(candidate)
                 t = scorer.trial(len(trials), name, candidate)
                 trials.append(t)
+                bar.update()
                 if on_trial:
                     on_trial(t)
                 if t.score > best.score:
                     best, improved = t, True
+    bar.close()
     # Three pages are a small sample and the search climbs to the edge of the floor, where a
     # lucky page decides: the finalists are judged again on pages the search never read, and
     # the winner is the best over both sets.
@@ -146,7 +150,7 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
     ranked = sorted(trials, key=lambda t: -t.score)
     per_density = {t.config.tokens_per_page: t for t in reversed(ranked)}  # the best at each density
     finalists = sorted({default, *ranked[:finalists], *per_density.values()}, key=lambda t: t.step)
-    checked = {t: scorer.trial(t.step, t.changed, t.config, skip=held) for t in finalists}
+    checked = {t: scorer.trial(t.step, t.changed, t.config, skip=held) for t in each(finalists, "held-out pages")}
     best = max(finalists, key=lambda t: _combined(t, checked[t]))
     held_out = {"default": checked[default], "best": checked[best]}
     return TuneResult(best, default, trials, held_out)
