@@ -31,7 +31,7 @@ from .packer import PackView, Page
 from .pieces import CAPTION
 from .planned import Plan
 from .policy import Policy
-from .schedule import Fitter, Ladder, PageCost, ladder_tiers, page_costs
+from .schedule import Fitter, PageCost, ladder_tiers, page_costs
 from .tiers import Tier
 from .turns import Turn
 
@@ -168,12 +168,6 @@ def fit(tiers: Sequence[Tier], costs: Sequence[PageCost], room: int, fitter: Fit
     no page shown, none is needed)."""
     fitted = fitter.fit(tiers, costs, room) if room >= 0 else None
     return fitted if fitted is not None else [Tier.GONE] * len(tiers)
-
-
-def schedule(costs: Sequence[PageCost], room: int, ladder: Ladder, fitter: Fitter, *,
-             unsealed: int = 0) -> list[Tier] | None:
-    """Steps 3 and 4 alone: tiers for pages within `room` tokens, or None if room < 0."""
-    return fitter.fit(ladder_tiers(costs, ladder, unsealed=unsealed), costs, room) if room >= 0 else None
 
 
 def cap_images(tiers: Sequence[Tier], costs: Sequence[PageCost], cap: int | None) -> list[Tier]:

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.native import image_sizes, images_cost
 from optictx.pieces import PageSegment
-from optictx.plan import schedule
-from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, page_costs
+from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, ladder_tiers, page_costs
 from optictx.turnindex import turn_tokens
 
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -26,6 +25,11 @@ POLICIES = {
     # Every context planned afresh: the planner a compaction runs (prefix.py), on its own.
     "stateless": Policy(cache=False),
 }
+
+
+def schedule(costs, room, ladder, fitter, *, unsealed=0):
+    """Steps 3 and 4 of the plan alone: the ladder's tiers, then the fitter's, within `room`."""
+    return fitter.fit(ladder_tiers(costs, ladder, unsealed=unsealed), costs, room) if room >= 0 else None
 
 
 def _memory(msgs, budget, keep_recent, vision, tpp=200, policy="default"):
