@@ -1,0 +1,71 @@
+"""CPU time the proxy adds per request (`Proxy.fit` in process: parse, find the conversation, add
+its new turns, plan, write the upstream body), replaying recorded sessions request by request as
+Claude Code sends them. Two steps, so that any version of optictx can be measured on the same
+bodies side by side:
+
+    python benchmarks/fit_latency.py dump SESSIONS/*.jsonl --out BODIES   # needs this optictx
+    python benchmarks/fit_latency.py replay BODIES/*.bodies.jsonl         # any optictx on the path
+    PYTHONPATH=OLD_CHECKOUT python benchmarks/fit_latency.py replay BODIES/*.bodies.jsonl
+
+One proxy per session, at its defaults, Anthropic's API; prints the median, p90, max and mean
+CPU milliseconds per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+
+def dump(sessions: list[str], out: Path) -> None:
+    from optictx.eval.bill import anthropic_body, load_session
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sessions:
+        session = load_session(path)
+        with (out / f"{session.name}.bodies.jsonl").open("w") as f:
+            for k in range(len(session.calls)):
+                f.write(json.dumps(anthropic_body(session, k, "claude-sonnet-4-5")) + "\n")
+        print(session.name, len(session.calls), "requests")
+
+
+def replay(bodies: list[str]) -> dict[str, float]:
+    from optictx.serve import ServeConfig
+    from optictx.serve.anthropic_api import ANTHROPIC
+    from optictx.serve.proxy import Proxy
+
+    times = []
+    for path in bodies:
+        proxy = Proxy(ServeConfig(anthropic_upstream="http://127.0.0.1:9"))  # nothing is sent
+        for line in Path(path).read_text().splitlines():
+            raw = line.encode()
+            t0 = time.process_time()
+            proxy.fit(ANTHROPIC, ANTHROPIC.parse(json.loads(raw), raw), {"x-api-key": "key-a"})
+            times.append(time.process_time() - t0)
+        proxy.close()
+    times.sort()
+
+    def at(q: float) -> float:
+        return round(1000 * times[int(q * (len(times) - 1))], 1)
+
+    return {"requests": len(times), "median_ms": at(0.5), "p90_ms": at(0.9), "max_ms": at(1.0),
+            "mean_ms": round(1000 * statistics.mean(times), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["dump", "replay"])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--out", type=Path, default=Path("out/fit_latency"))
+    args = ap.parse_args()
+    if args.step == "dump":
+        dump(args.files, args.out)
+    else:
+        print(json.dumps(replay(args.files)))
+
+
+if __name__ == "__main__":
+    main()
