@@ -545,3 +545,21 @@ def test_the_longest_known_prefix_is_found_in_one_query_per_500_messages():
     assert ledger.longest(digests) == ("c1", 1100)  # found in the third chunk from the end
     assert ledger.longest([*digests[:700], b"x" * 32]) == ("c1", 700)
     assert ledger.longest([b"y" * 32]) is None
+
+
+def test_pages_are_drawn_ahead_so_the_compaction_that_sends_them_draws_none(proxy, upstream, sample):
+    client = _openai(proxy)
+    roomy = {"x-optictx-budget": "100000"}  # it all fits: it goes as it came, no page sent
+    first = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:150],
+                                                            extra_headers=roomy)
+    assert first.headers["x-optictx-event"] == "verbatim"
+    proxy.proxy.drawahead.wait()  # what the proxy does while the upstream answers
+    conv = proxy.proxy.conversations.find(proxy.proxy.tenant({"authorization": "Bearer key-a"}),
+                                          first.headers["x-optictx-conversation"])
+    sealed = [p for p in conv.memory.pages if p.sealed]
+    drawn = conv.memory.images.renders
+    assert sealed and drawn == len(sealed)  # each sealed page drawn once, ahead
+    tight = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:150])
+    assert tight.headers["x-optictx-event"] == "first" and _images_openai(upstream.last("/v1/chat/completions")
+                                                                           .body["messages"])
+    assert conv.memory.images.renders == drawn  # the compaction drew nothing on its request

@@ -17,6 +17,7 @@ from ..modelnames import cost_model_of
 from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
+from .drawahead import DrawAhead
 from .ledger import Ledger, Sent
 from .meter import Charge
 from .shelf import shelf_for
@@ -94,6 +95,7 @@ class Proxy:
         self.ledger = Ledger(config.store)
         self.conversations = Conversations(self.memory, self.reopen, shelf_for(config.store), self.ledger,
                                            config.max_open, config.lock_wait)
+        self.drawahead = DrawAhead()
 
     def memory(self, store: str | Path | None) -> Memory:
         """A new conversation's memory; contexts are built per request (budget, vision)."""
@@ -160,6 +162,7 @@ class Proxy:
                 passthrough_usd=charge.passthrough_usd))
         finally:
             conv.lock.release()
+            self.drawahead.after(conv)
 
     def _fitted(self, memory: Memory, conversation: str, tenant: str, dialect: Dialect, parsed: Parsed,
                 budget: int, vision: str, *, commit: bool = True) -> Fitted:
@@ -179,4 +182,5 @@ class Proxy:
         return Fitted(body, record, ctx)
 
     def close(self) -> None:
+        self.drawahead.close()
         self.conversations.close()
