@@ -30,7 +30,7 @@ import torch
 from optictx import AgeLadder, Budget, Memory, Tier
 from optictx.models import OpticalModel, encode, tiny_deepseek_ocr2, tiny_unlimited_ocr, views
 from optictx.sample import sample_conversation
-from optictx.turnindex import turn_tokens
+from optictx.turnindex import text_tokens
 
 
 def encode_times(model, seg, repeat: int = 3) -> dict[str, float]:
@@ -106,7 +106,7 @@ def session(turns: int, setup: Setup) -> dict:
                      "page_tokens": statistics.mean(imaged) if imaged else 0,
                      "newest_page_tokens": sealed[-1] if sealed else 0, "gone_pages": len(ctx.gone),
                      "imaged_pages": len(imaged), "verbatim": ctx.verbatim})
-    new_text = [turn_tokens(t, mem.tokenizer) for t in mem.transcript()]  # text and tool calls
+    new_text = [text_tokens(t, mem.tokenizer) for t in mem.transcript()]  # text and tool calls
     # "New tokens" of a call: every turn added since the previous call (the agent's turns between questions).
     calls = [r["turn"] for r in rows]
     new_per_call = [sum(new_text[a + 1 : b + 1]) for a, b in zip([-1, *calls], calls)]

@@ -15,7 +15,7 @@ from .turns import Turn
 Sizes = tuple[tuple[int, int] | None, ...]
 
 
-def turn_tokens(turn: Turn, tok: Tokenizer) -> int:
+def text_tokens(turn: Turn, tok: Tokenizer) -> int:
     """Text tokens of a turn as the consumer reads it natively (content and tool calls)."""
     return sum(tok.count(s) for s in turn.texts)
 
@@ -44,7 +44,7 @@ class TurnIndex:
         if turn.id != len(self.tokens):
             raise StoreError(f"the store returned turn {turn.id} after turn {self.last_id}: ids must follow "
                              "one another; the store is damaged or not an optictx store")
-        n = turn_tokens(turn, self.tokenizer)
+        n = text_tokens(turn, self.tokenizer)
         self.tokens.append(n)
         self.text_total += n
         if sizes := image_sizes(turn):

@@ -12,13 +12,13 @@ from PIL import Image
 
 from optictx.eval.niah import NiahConfig, haystack, insert, make_needles, run
 from optictx.tokens import get_tokenizer
-from optictx.turnindex import turn_tokens
+from optictx.turnindex import text_tokens
 
 
 def test_builtin_haystack_is_reproducible_and_long_enough():
     a, b = haystack("builtin", 12_000, seed=3), haystack("builtin", 12_000, seed=3)
     assert [t.model_dump() for t in a] == [t.model_dump() for t in b]
-    total = sum(turn_tokens(t, get_tokenizer()) for t in a)
+    total = sum(text_tokens(t, get_tokenizer()) for t in a)
     assert 12_000 <= total < 14_000
     assert {"user", "assistant", "tool"} <= {t.role for t in a} and any(t.tool_calls for t in a)
 

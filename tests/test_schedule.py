@@ -12,7 +12,7 @@ from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.native import image_sizes, images_cost
 from optictx.pieces import PageSegment
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, ladder_tiers, page_costs
-from optictx.turnindex import turn_tokens
+from optictx.turnindex import text_tokens
 
 PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VISIONS = st.sampled_from(list(COST_MODELS))
@@ -41,7 +41,7 @@ def _memory(msgs, budget, keep_recent, vision, tpp=200, policy="default"):
 
 
 def _fixed_tokens(mem):
-    return sum(turn_tokens(t, mem.tokenizer) for t in mem.transcript() if t.role == "system" or t.pinned)
+    return sum(text_tokens(t, mem.tokenizer) for t in mem.transcript() if t.role == "system" or t.pinned)
 
 
 def _context_or_error(mem):
@@ -97,7 +97,7 @@ def test_recent_turns_stay_text_while_they_fit(mem):
     recent = mem.recent
     assert recent == conversational[len(conversational) - len(recent):]
     fixed = _fixed_tokens(mem)
-    if fixed + sum(turn_tokens(t, mem.tokenizer) for t in recent) <= mem.budget.limit:
+    if fixed + sum(text_tokens(t, mem.tokenizer) for t in recent) <= mem.budget.limit:
         native = [s.turn.id for s in ctx.text_segments if s.kind == "recent"]
         expected = [t.id for t in (conversational if ctx.verbatim else recent)]
         if ctx.event is None:  # planned afresh: exactly the recent turns
@@ -172,7 +172,7 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
 def test_never_costs_more_than_the_conversation_as_it_came(mem):
     ctx = _fitted(mem)
     turns = mem.transcript()
-    original = sum(turn_tokens(t, mem.tokenizer) + images_cost(image_sizes(t), ctx.vision) for t in turns)
+    original = sum(text_tokens(t, mem.tokenizer) + images_cost(image_sizes(t), ctx.vision) for t in turns)
     if not mem.verbatim:
         return
     assert ctx.tokens <= original

@@ -45,7 +45,7 @@ from ..progress import Bar
 from ..sample import prose_corpus, sample_conversation
 from ..tiers import Tier
 from ..tokens import get_tokenizer
-from ..turnindex import turn_tokens
+from ..turnindex import text_tokens
 from ..turns import Turn, to_turn
 from .niah_grid import Cell, CellResult, NiahConfig, Results
 
@@ -75,7 +75,7 @@ def haystack(source: str, tokens: int, seed: int) -> list[Turn]:
     repeat from the start when they are shorter than asked."""
     if source == "builtin":
         base = [to_turn(m) for m in sample_conversation(seed=seed, tasks=4)]
-        per_task = sum(turn_tokens(t, get_tokenizer()) for t in base) / 4
+        per_task = sum(text_tokens(t, get_tokenizer()) for t in base) / 4
         pool = [to_turn(m) for m in sample_conversation(seed=seed, tasks=max(1, math.ceil(tokens / per_task) + 1))]
     elif source == "prose":  # standard-library docstrings as a chat: dense pages, few numbers
         pool = [Turn(role="user" if i % 2 == 0 else "assistant", content=c) for i, c in enumerate(prose_corpus())]
@@ -87,7 +87,7 @@ def haystack(source: str, tokens: int, seed: int) -> list[Turn]:
     while total < tokens:
         for t in pool:
             out.append(t)
-            total += turn_tokens(t, tok)
+            total += text_tokens(t, tok)
             if total >= tokens:
                 break
         if not pool:
@@ -149,7 +149,7 @@ def insert(turns: list[Turn], sentence: str, depth: float) -> int:
     """Hide `sentence` at the sentence boundary nearest `depth` percent of the transcript's tokens,
     in the first user or assistant turn with text at or after that point; returns its index."""
     tok = get_tokenizer()
-    sizes = [turn_tokens(t, tok) for t in turns]
+    sizes = [text_tokens(t, tok) for t in turns]
     target, run = sum(sizes) * depth / 100, 0.0
     start = len(turns) - 1
     for i, n in enumerate(sizes):
@@ -199,10 +199,10 @@ def _truncated(turns: Sequence[Turn], budget: int) -> str:
     """The newest turns that fit `budget` tokens as text (system turns first), as one string."""
     tok = get_tokenizer()
     system = [t for t in turns if t.role == "system"]
-    room = budget - sum(turn_tokens(t, tok) for t in system)
+    room = budget - sum(text_tokens(t, tok) for t in system)
     kept: list[Turn] = []
     for t in reversed([t for t in turns if t.role != "system"]):
-        room -= turn_tokens(t, tok)
+        room -= text_tokens(t, tok)
         if room < 0:
             break
         kept.append(t)
@@ -228,7 +228,7 @@ def run_cell(config: NiahConfig, cell: Cell) -> CellResult:
     for sentence, depth in sorted(zip(needles.sentences, needles.depths), key=lambda p: p[1]):
         insert(turns, sentence, depth)
     tok = get_tokenizer()
-    total = sum(turn_tokens(t, tok) for t in turns)
+    total = sum(text_tokens(t, tok) for t in turns)
     limit = round(cell.budget * total) if cell.budget <= 1 else int(cell.budget)
     # verbatim=False: the harness measures what pages keep, also where the text alone would fit.
     mem = Memory(vision=config.vision, budget=Budget(tokens=limit), keep_recent=config.keep_recent,
