@@ -22,6 +22,11 @@ from .store import Store
 from .turnindex import TurnIndex
 from .turns import Turn
 
+# A conversation this small (in text tokens) is also kept whole in RAM: while it may go as it
+# came, every context reads it whole, and reading it back from the store was 40% of a context()
+# at 300 turns on SQLite. Beyond it (a few MB) it is read back when needed, as before.
+KEPT_TOKENS = 262_144
+
 
 class Resident:
     """One memory's state in RAM (its caller holds the memory's lock)."""
@@ -38,6 +43,7 @@ class Resident:
         # themselves are read back from the store.
         self.facts = TurnFacts(store.get)
         self.planning = Planning(store, images, gate)  # the plan state between calls
+        self._transcript: list[Turn] | None = []  # every turn, while the conversation is small
 
     def sync(self, keep_recent: int) -> None:
         """Take in turns the store holds that this memory has not seen (other writers' too)."""
@@ -48,6 +54,11 @@ class Resident:
 
     def _ingest(self, turn: Turn, keep_recent: int) -> None:
         recent = self.index.note(turn)
+        if self._transcript is not None:
+            if self.index.text_total <= KEPT_TOKENS:
+                self._transcript.append(turn)
+            else:
+                self._transcript = None
         self.facts.note(turn)
         self.planning.note(turn)
         if recent:
@@ -69,7 +80,8 @@ class Resident:
         # The whole transcript is read back only when its text alone fits: then it may go as it came.
         verbatim = recent is None and policy.verbatim and index.text_total <= budget.limit
         # (Other writers' turns past the last one taken in are left for the next sync.)
-        transcript = tuple(self._store.since(-1)[: index.last_id + 1]) if verbatim else None
+        transcript = None if not verbatim else tuple(
+            self._transcript if self._transcript is not None else self._store.since(-1)[: index.last_id + 1])
         recent = self.recent if recent is None else recent
         tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *recent))
         return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,

@@ -278,6 +278,22 @@ def test_a_conversation_that_fits_goes_as_it_came_in_its_own_order():
     assert mem.context(budget=ctx.tokens - 1).tokens < ctx.tokens  # one token less: compressed
 
 
+@pytest.mark.parametrize("kept", [10**9, 30])
+def test_a_long_conversation_goes_as_it_came_whether_or_not_it_is_kept_in_ram(sample, tmp_path, monkeypatch, kept):
+    """A conversation is kept whole in RAM while it is small (`resident.KEPT_TOKENS`), read back
+    from the store past that: either way, the same context, another writer's turns included."""
+    from optictx import resident
+
+    monkeypatch.setattr(resident, "KEPT_TOKENS", kept)
+    mem = Memory(budget=Budget(tokens=200_000), store=tmp_path / "m.db")
+    other = Memory.open(tmp_path / "m.db")
+    for i, m in enumerate(sample[:120]):
+        (other if i % 3 == 0 else mem).add(m)
+    ctx = mem.context()
+    assert ctx.verbatim and ctx.to_openai() == [t.to_openai() for t in mem.transcript()]
+    assert ctx.to_openai() == other.context().to_openai()
+
+
 def test_more_native_images_than_the_provider_takes_is_compressed_never_costlier():
     part = {"type": "image_url", "image_url": {"url": _tiny_png_uri()}}
     mem = Memory(vision="anthropic", budget=Budget(tokens=400_000), keep_recent=1)
