@@ -1,5 +1,5 @@
 """Hostile requests against the proxy: random JSON bodies, wrong types and shapes in every
-field, to both APIs. Each gets an answer in that API's own shape (a 400 naming what is wrong, or
+field, to the three APIs. Each gets an answer in that API's own shape (a 400 naming what is wrong, or
 the upstream's 200), never a 500, and a refused request stores nothing."""
 
 from __future__ import annotations
@@ -51,8 +51,29 @@ structured = st.fixed_dictionaries(
      "messages": st.lists(messages, min_size=1, max_size=5)},
     optional={"system": st.one_of(st.text(max_size=30), st.lists(parts, max_size=2), json_values),
               "stream": st.booleans(), "max_tokens": json_values, "tools": json_values})
-broken = st.fixed_dictionaries({}, optional={"model": json_values, "messages": json_values, "system": json_values})
-bodies = st.one_of(json_values, broken, structured, structured, structured)
+# The Responses API's input items: messages, tool calls and outputs, reasoning, and anything.
+items = st.one_of(
+    plain,
+    hostile,
+    st.fixed_dictionaries({"type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                                                    "custom_tool_call", "local_shell_call_output", "web_search_call",
+                                                    "item_reference", "compaction", "x"])},
+                          optional={"role": roles,
+                                    "content": st.one_of(st.text(max_size=30), st.lists(parts, max_size=2),
+                                                         json_values),
+                                    "call_id": st.one_of(st.text(max_size=6), json_values), "name": json_values,
+                                    "arguments": json_values, "output": json_values, "input": json_values,
+                                    "encrypted_content": json_values, "id": json_values}),
+    json_values)
+responses = st.fixed_dictionaries(
+    {"model": st.sampled_from(["gpt-4o", "gpt-5-codex"]),
+     "input": st.one_of(st.text(max_size=40), st.lists(items, min_size=1, max_size=5))},
+    optional={"instructions": st.one_of(st.text(max_size=30), json_values), "stream": st.booleans(),
+              "tools": json_values, "previous_response_id": st.one_of(st.none(), st.text(max_size=8)),
+              "store": json_values})
+broken = st.fixed_dictionaries({}, optional={"model": json_values, "messages": json_values, "system": json_values,
+                                             "input": json_values})
+bodies = st.one_of(json_values, broken, structured, structured, structured, responses, responses)
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                        HealthCheck.function_scoped_fixture])
 
@@ -76,7 +97,8 @@ async def _post(app, path: str, content: bytes) -> httpx.Response:
 
 
 @PROPS
-@given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"]))
+@given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                          "/v1/messages/count_tokens"]))
 def test_any_body_gets_an_answer_in_the_apis_shape_and_a_refusal_stores_nothing(served, body, path):
     app, upstream, loop = served
     ledger = app.state.proxy.ledger
@@ -87,7 +109,7 @@ def test_any_body_gets_an_answer_in_the_apis_shape_and_a_refusal_stores_nothing(
     event(f"{path} {r.status_code}")
     if r.status_code == 400:
         error = r.json()
-        if path == "/v1/chat/completions":
+        if path in ("/v1/chat/completions", "/v1/responses"):
             assert isinstance(error["error"]["message"], str) and error["error"]["type"]
         else:
             assert error["type"] == "error" and isinstance(error["error"]["message"], str)
