@@ -40,6 +40,17 @@ def sample() -> list[dict]:
     return sample_conversation()
 
 
+@pytest.fixture()
+def upstream():
+    """The small real upstream the proxy tests send to, on 127.0.0.1 (tests/serve_peers.py): it
+    records what arrives and answers, streamed or not."""
+    from serve_peers import start_upstream, stop_upstream  # the serve extra: only where a test asks
+
+    state, server = start_upstream()
+    yield state
+    stop_upstream(server)
+
+
 _words = st.text(alphabet="abcdefghij klmnop 0123456789.,\n", min_size=0, max_size=400)
 
 

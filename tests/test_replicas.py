@@ -16,7 +16,7 @@ from optictx import Memory  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Reference, ServeProcess, fresh, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Reference, ServeProcess, fresh  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
@@ -30,13 +30,6 @@ def replica(upstream_url: str, store: str) -> ServeProcess:
 @pytest.fixture
 def cluster_db(pg):
     return pg.url(pg.database())
-
-
-@pytest.fixture
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 def _body(upstream):

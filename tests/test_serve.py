@@ -22,19 +22,12 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Proxy, Reference, fresh, start_upstream, stop_upstream, to_anthropic_messages  # noqa: E402
+from serve_peers import Proxy, Reference, fresh, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
 BUDGET, KEEP = 3000, 4
-
-
-@pytest.fixture()
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 @pytest.fixture()

@@ -24,17 +24,10 @@ import httpx  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import CREDENTIAL_HEADERS, tenant_of  # noqa: E402
 
-from serve_peers import Proxy, raw_exchange, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, raw_exchange  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 HELLO = [{"role": "user", "content": "Fix the failing test in parser.py, please."}]
-
-
-@pytest.fixture()
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 def _serve(upstream, **settings_):

@@ -14,18 +14,11 @@ pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("htt
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream, to_anthropic_messages  # noqa: E402
+from serve_peers import Proxy, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 EPHEMERAL = {"type": "ephemeral"}
-
-
-@pytest.fixture()
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 def _proxy(upstream, **kw):

@@ -20,19 +20,12 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 from optictx.serve.responses_api import RESPONSES  # noqa: E402
 
-from serve_peers import Proxy, Reference, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy, Reference  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
 BUDGET, KEEP = 3000, 4
 PATH = "/v1/responses"
-
-
-@pytest.fixture()
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 @pytest.fixture()

@@ -18,17 +18,10 @@ from optictx.errors import ConfigError  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.flags import add_arguments, config_from  # noqa: E402
 
-from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
+from serve_peers import Proxy  # noqa: E402
 
 anthropic = pytest.importorskip("anthropic")
 PROXY_KEY = "p" * 24
-
-
-@pytest.fixture()
-def upstream():
-    state, server = start_upstream()
-    yield state
-    stop_upstream(server)
 
 
 def _session(proxy, tokens, sample, extra=None):
