@@ -11,9 +11,9 @@ from typing import Any
 
 from . import export
 from .budget import Budget
-from .cost import CostModel
+from .cost import PROFILES, CostModel
 from .errors import ConfigError
-from .kv import KV_PRESETS, KVGeometry
+from .kv import KVGeometry
 from .packer import Page
 from .pieces import PageSegment, Piece, Segment, TextSegment, pieces_of
 from .tiers import Tier
@@ -73,7 +73,7 @@ class Context:
     def kv_bytes(self) -> int | None:
         """KV cache bytes while decoding this context (prefix + window or max_new_tokens), when the
         decoder's geometry is known (from the budget, or a preset named like the vision model)."""
-        kv = self.budget.kv or KV_PRESETS.get(self.vision.name)
+        kv = self.budget.kv or _kv_of(self.vision)
         if kv is None:
             return None
         return (self.tokens + self.budget.generation_reserve) * kv.bytes_per_position
@@ -85,7 +85,7 @@ class Context:
         budget's, else the preset named like the vision model. `window`: the R-SWA window
         (default: the budget's `decode_window`, else 128).
         """
-        kv = kv or self.budget.kv or KV_PRESETS.get(self.vision.name)
+        kv = kv or self.budget.kv or _kv_of(self.vision)
         if kv is None:
             raise ConfigError(f"no KV geometry for {self.vision.name!r}: pass kv=KVGeometry.from_config(model.config)")
         return kv.decode_report(self.tokens, generated, window or self.budget.decode_window or 128)
@@ -122,3 +122,9 @@ class Context:
         """(system, messages) for the Anthropic Messages API. `cache=True` marks `breakpoints` with
         `cache_control` (the system prompt then comes as a list of text blocks)."""
         return export.to_anthropic(self, cache=cache)
+
+
+def _kv_of(vision: CostModel) -> KVGeometry | None:
+    """The KV geometry of the vision model's decoder, where its profile knows it."""
+    profile = PROFILES.get(vision.name)
+    return profile.kv if profile is not None else None

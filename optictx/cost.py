@@ -1,6 +1,8 @@
-"""Cost models: what one page image at a tier costs a consumer, in the tokens its decoder holds.
+"""Cost models: what one page image at a tier costs a consumer, in the tokens its decoder holds,
+and the registry of vision profiles (`PROFILES`): per consumer its cost model, the model names
+that are it, its prompt-cache rules and its KV geometry.
 
-Each preset is one registry line with its source; the formulas are pinned by tests against the
+Each profile is one registry line with its source; the formulas are pinned by tests against the
 published numbers (tests/test_cost.py).
 """
 
@@ -12,6 +14,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from .errors import ConfigError
+from .kv import KV_PRESETS, KVGeometry
 from .tiers import Tier
 from .tokens import Tokenizer, get_tokenizer
 
@@ -224,30 +227,57 @@ class QwenVL(CostModel):
         return self.paper_tokens(tier, size) + 2
 
 
-COST_MODELS: MappingProxyType[str, CostModel] = MappingProxyType({
+@dataclass(frozen=True)
+class VisionProfile:
+    """What optictx knows of one consumer of page images, under one name (`Memory(vision=NAME)`):
+    what a page costs it, which model names are it (the proxy's `--vision auto`, `optictx bill`),
+    its provider's prompt-cache rules (`promptcache.CACHE_PRICING`), and its decoder's KV
+    geometry where it runs locally. Adding a model is adding one profile."""
+
+    cost: CostModel
+    models: tuple[str, ...] = ()  # substrings of lower-cased model names priced as it; the longest match wins
+    cache: str = "local"
+    kv: KVGeometry | None = None
+
+    @property
+    def name(self) -> str:
+        return self.cost.name
+
+
+PROFILES: MappingProxyType[str, VisionProfile] = MappingProxyType({p.name: p for p in (
     # DeepSeek-OCR's vLLM deepseek_ocr.py get_num_image_tokens (MAX_CROPS=6): features + row newlines + separator
-    "deepseek-ocr": DeepSeekOCR("deepseek-ocr"),
+    VisionProfile(DeepSeekOCR("deepseek-ocr"), ("deepseek-ocr",), kv=KV_PRESETS["deepseek-ocr"]),
     # Unlimited-OCR keeps DeepSeek-OCR's DeepEncoder; only the decoder changes (R-SWA)
-    "unlimited-ocr": DeepSeekOCR("unlimited-ocr"),
+    VisionProfile(DeepSeekOCR("unlimited-ocr"), ("unlimited-ocr", "unlimited_ocr"), kv=KV_PRESETS["unlimited-ocr"]),
     # DeepSeek-OCR 2's DeepEncoder V2 (transformers deepseek_ocr2): 256 + 144 per 768 crop, + separator
-    "deepseek-ocr-2": DeepSeekOCR2("deepseek-ocr-2"),
-    # OpenAI vision guide, "Calculating costs" (tiles)
-    "openai:gpt-4o": OpenAITiles("openai:gpt-4o"),
-    "openai:gpt-4o:low": OpenAITiles("openai:gpt-4o:low", detail="low"),
-    "openai:gpt-4.1": OpenAITiles("openai:gpt-4.1"),
-    # GPT-5 family: priced as gpt-4o's tiles (an assumption: not checked against OpenAI's table
-    # here); its own name so that its prompt-cache rules (cached input at 0.1x) follow it
-    "openai:gpt-5": OpenAITiles("openai:gpt-5"),
-    # OpenAI vision guide, patch-based image tokenization (multipliers 1.62 and 2.46)
-    "openai:gpt-4.1-mini": OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62),
-    "openai:gpt-4.1-nano": OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46),
+    VisionProfile(DeepSeekOCR2("deepseek-ocr-2"), ("deepseek-ocr-2", "deepseek-ocr2")),
+    # OpenAI vision guide, "Calculating costs" (tiles). Cached input: 0.5x (gpt-4o), 0.25x
+    # (gpt-4.1), 0.1x (gpt-5), so each has its own name.
+    VisionProfile(OpenAITiles("openai:gpt-4o"), ("gpt-", "chatgpt", "o1", "o3"), cache="openai:gpt-4o"),
+    VisionProfile(OpenAITiles("openai:gpt-4o:low", detail="low"), cache="openai:gpt-4o"),
+    VisionProfile(OpenAITiles("openai:gpt-4.1"), ("gpt-4.1",), cache="openai:gpt-4.1"),
+    # GPT-5 family: priced as gpt-4o's tiles (an assumption: not checked against OpenAI's table here)
+    VisionProfile(OpenAITiles("openai:gpt-5"), ("gpt-5",), cache="openai:gpt-5"),
+    # OpenAI vision guide, patch-based image tokenization (multipliers 1.62 and 2.46); nano and
+    # o4-mini names are priced as mini (the cheaper guess of the two)
+    VisionProfile(OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62), ("gpt-4.1-mini", "gpt-4.1-nano", "o4-mini"),
+                  cache="openai:gpt-4.1"),
+    VisionProfile(OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46), cache="openai:gpt-4.1"),
     # Anthropic "Images and vision" docs: w*h/750 after the long-edge resize
-    "anthropic": Anthropic("anthropic"),
+    VisionProfile(Anthropic("anthropic"), ("claude",), cache="anthropic"),
     # Gemini API token docs (2.x): 258 per 768-px tile
-    "gemini": Gemini("gemini"),
+    VisionProfile(Gemini("gemini"), ("gemini",), cache="gemini"),
     # transformers image_processing_qwen2_vl smart_resize defaults (one token per 28x28 px)
-    "qwen2.5-vl": QwenVL("qwen2.5-vl"),
-})
+    VisionProfile(QwenVL("qwen2.5-vl"), ("qwen2.5-vl", "qwen2_5_vl")),
+)})
+COST_MODELS: MappingProxyType[str, CostModel] = MappingProxyType({n: p.cost for n, p in PROFILES.items()})
+
+
+def vision_of_model(model: str) -> str | None:
+    """The profile a model name pays as (`VisionProfile.models`, the longest match), or None."""
+    name = model.lower()
+    found = [(len(key), p.name) for p in PROFILES.values() for key in p.models if key in name]
+    return max(found)[1] if found else None
 
 
 def get_cost_model(spec: str | CostModel) -> CostModel:

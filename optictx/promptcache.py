@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from .cost import PROFILES
 from .errors import ConfigError
 
 Mode = Literal["breakpoints", "automatic", "prefill"]
@@ -95,16 +96,6 @@ CACHE_PRICING: MappingProxyType[str, CachePricing] = MappingProxyType({
     "local": CachePricing("local", 0.0, 1.0, "prefill", 0, float("inf"), source="optictx.models prefix KV reuse"),
 })
 
-# A cost model's name -> its provider's cache rules: the first prefix that matches wins.
-_BY_VISION: tuple[tuple[str, str], ...] = (
-    ("anthropic", "anthropic"),
-    ("openai:gpt-4.1", "openai:gpt-4.1"),
-    ("openai:gpt-5", "openai:gpt-5"),
-    ("openai:", "openai:gpt-4o"),
-    ("gemini", "gemini"),
-)
-
-
 def get_cache_pricing(spec: str | CachePricing) -> CachePricing:
     """Cache rules by registry name, or the object itself (ConfigError listing the names)."""
     if isinstance(spec, CachePricing):
@@ -116,8 +107,10 @@ def get_cache_pricing(spec: str | CachePricing) -> CachePricing:
 
 
 def pricing_for(vision: str) -> CachePricing:
-    """The cache rules of the consumer a cost model prices: an API's, else a local model's."""
-    return CACHE_PRICING[next((p for key, p in _BY_VISION if vision.startswith(key)), "local")]
+    """The cache rules of the consumer a cost model prices (its `cost.VisionProfile`): an API's,
+    else, for a name with no profile, a local model's."""
+    profile = PROFILES.get(vision)
+    return CACHE_PRICING[profile.cache if profile is not None else "local"]
 
 
 # -- the simulator -----------------------------------------------------------------------------

@@ -91,3 +91,30 @@ def test_every_registry_entry_prices_every_tier():
     for m in COST_MODELS.values():
         for t in (Tier.GUNDAM, Tier.LARGE, Tier.BASE, Tier.SMALL, Tier.TINY):
             assert m.page_tokens(t) > 0
+
+
+@pytest.mark.parametrize("model,vision", [
+    ("claude-opus-4-1-20250805", "anthropic"), ("claude-3-haiku", "anthropic"), ("gemini-2.5-pro", "gemini"),
+    ("Qwen/Qwen2.5-VL-72B-Instruct", "qwen2.5-vl"), ("qwen2_5_vl", "qwen2.5-vl"),
+    ("deepseek-ai/DeepSeek-OCR", "deepseek-ocr"), ("deepseek-ai/DeepSeek-OCR-2", "deepseek-ocr-2"),
+    ("deepseek-ocr2", "deepseek-ocr-2"), ("unlimited_ocr", "unlimited-ocr"), ("gpt-4.1-mini-2025-04-14",
+    "openai:gpt-4.1-mini"), ("gpt-4.1-nano", "openai:gpt-4.1-mini"), ("o4-mini", "openai:gpt-4.1-mini"),
+    ("gpt-4.1", "openai:gpt-4.1"), ("gpt-5-codex", "openai:gpt-5"), ("gpt-5-mini", "openai:gpt-5"),
+    ("gpt-4o-mini", "openai:gpt-4o"), ("chatgpt-4o-latest", "openai:gpt-4o"), ("o3-mini", "openai:gpt-4o"),
+    ("o1-preview", "openai:gpt-4o"), ("my-local-llm", None)])
+def test_a_model_name_pays_as_the_profile_whose_pattern_it_matches_longest(model, vision):
+    from optictx.cost import vision_of_model
+
+    assert vision_of_model(model) == vision
+
+
+def test_every_profile_is_complete_and_its_cache_rules_exist():
+    from optictx.cost import PROFILES
+    from optictx.promptcache import CACHE_PRICING, pricing_for
+
+    for name, profile in PROFILES.items():
+        assert profile.name == name and COST_MODELS[name] is profile.cost
+        assert profile.cache in CACHE_PRICING and pricing_for(name) is CACHE_PRICING[profile.cache]
+    assert pricing_for("openai:gpt-4.1-mini").read == 0.25 and pricing_for("anthropic").write == 1.25
+    assert pricing_for("a-custom-local-model").mode == "prefill"
+    assert PROFILES["deepseek-ocr"].kv is not None and PROFILES["anthropic"].kv is None

@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..context import Context
+from ..cost import vision_of_model
 from ..errors import BudgetError
 from ..memory import Memory
-from ..modelnames import cost_model_of
 from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
@@ -56,10 +56,10 @@ UNKNOWN = {"openai": "openai:gpt-4o", "anthropic": "anthropic"}
 
 def vision_for(model: str, api: str, setting: str) -> str:
     """The cost model a request is priced by: `setting` (`--vision`) unless it is "auto", else
-    by its model name (`modelnames.py`), else by the API it came through."""
+    by its model name (`cost.vision_of_model`), else by the API it came through."""
     if setting != "auto":
         return setting
-    return cost_model_of(model) or UNKNOWN[api]
+    return vision_of_model(model) or UNKNOWN[api]
 
 
 def overhead(memory: Memory, parsed: Parsed) -> int:
