@@ -35,6 +35,9 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
     codex = _codex()
     if codex is None:
         pytest.skip("Codex CLI not installed (make codex: npm install --prefix build/codex @openai/codex)")
+    version = subprocess.run([codex, "--version"], capture_output=True, text=True, timeout=60)
+    if version.returncode != 0:
+        pytest.skip(f"Codex CLI at {codex} does not run here: {(version.stderr or version.stdout)[-300:]}")
     upstream, server = start_upstream()
     upstream.calls = [("exec_command", json.dumps({"cmd": f"seq {k} {k + 500}"})) for k in range(CALLS)]
     proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
