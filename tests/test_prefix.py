@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, Memory
 from optictx.errors import ConfigError
-from optictx.export import to_anthropic, to_openai
+from optictx.export import to_anthropic, to_openai, to_responses
 from optictx.pieces import common_prefix
 from optictx.prefix import piece_tokens, tokens_per_piece
 from optictx.promptcache import Block, PromptCache, Request
@@ -49,6 +49,8 @@ def _assert_appended(prev, ctx):
     # The newest message of the last call may take more blocks (roles merge), never other ones.
     assert new[: len(old) - 1] == old[:-1] and new[len(old) - 1].startswith(old[-1][: old[-1].find(",") + 1])
     a, b = to_openai(prev), to_openai(ctx)
+    assert b[: len(a)] == a
+    a, b = to_responses(prev), to_responses(ctx)  # OpenAI caches the Responses API's prefix the same way
     assert b[: len(a)] == a
 
 
