@@ -148,12 +148,13 @@ class Memory:
     def open(cls, path: str | Path, **overrides: Any) -> Memory:
         """Reopen a memory saved with `Memory(store=path)` (a SQLite file or a PostgreSQL URL);
         keyword arguments override its settings. A memory that does not exist is a StoreError."""
-        probe = open_store(path, create=False)
+        store = open_store(path, create=False)  # read once and kept: a reopen is one open, not two
         try:
-            meta = probe.get_meta()
-        finally:
-            probe.close()
-        return cls(store=path, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
+            meta = store.get_meta()
+            return cls(store=store, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
+        except BaseException:
+            store.close()
+            raise
 
     # -- adding -------------------------------------------------------------------------------
 
