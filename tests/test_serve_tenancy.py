@@ -85,3 +85,21 @@ def test_the_tenancy_setting_and_its_flag():
         "per-key"
     with pytest.raises(SystemExit):
         parser.parse_args(["--tenancy", "everyone"])
+
+
+def test_a_title_skips_an_agents_wrappers_and_reads_only_a_bounded_head():
+    from optictx.serve.conversations import title_of
+    from optictx.turns import to_turn
+
+    claude = to_turn({"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAs you answer, use CLAUDE.md.\n</system-reminder>"},
+        {"type": "text", "text": "Fix the   failing\ntest in <code>foo.py</code>"}]})
+    assert title_of([claude]) == "Fix the failing test in <code>foo.py</code>"
+    codex = [to_turn({"role": "user", "content": "<environment_context><cwd>/x</cwd></environment_context>"}),
+             to_turn({"role": "user", "content": "count for me"})]
+    assert title_of(codex) == "count for me"
+    # Unclosed tags by the hundred thousand: a regex over the whole text went quadratic here; the
+    # title reads a bounded head, a bounded number of tags.
+    for text in ("<a>" * 300_000, "".join(f"\n<a{i}>" for i in range(100_000)), "<" * 1_000_000):
+        assert title_of([to_turn({"role": "user", "content": text})]).startswith("<")
+    assert title_of([to_turn({"role": "user", "content": "<x>\n" + "y" * 70_000 + "\n</x>"})]).startswith("<x>")
