@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -36,7 +35,6 @@ from .pgdb import (
     FLOORS_MADE,
     FLOORS_TABLE,
     POOLS,
-    RETRIES,
     SCHEMA_LOCK,
     first_line,
     parse,
@@ -129,21 +127,24 @@ class PostgresStore:
                 if self._first_nonce is None:
                     self._first_nonce = nonce
                 return self._stored(self._held, turn, nonce)
-            for attempt in range(RETRIES):
-                try:
-                    with self._pool.connection() as conn:
-                        if attempt:  # after a broken connection the last try may have landed: look first
-                            with conn.transaction():
-                                found = self._locked_lookup(conn, nonce)
-                            if found is not None:
-                                self._next, self._tail = found.id + 1, found
-                                return found
-                        return self._stored(conn, turn, nonce)
-                except psycopg.OperationalError:
-                    self._pool.check()
-                    time.sleep(0.05 * 2**attempt)
-            raise StoreError(f"{self.where}: could not store a turn (the connection kept failing); whether the "
-                             "last try landed, the next read of this memory tells")
+            tried = False
+
+            def work(conn: psycopg.Connection[Any]) -> Turn:
+                nonlocal tried
+                if tried:  # the last try broke off, and may have landed: look before trying again
+                    with conn.transaction():
+                        found = self._locked_lookup(conn, nonce)
+                    if found is not None:
+                        self._next, self._tail = found.id + 1, found
+                        return found
+                tried = True
+                return self._stored(conn, turn, nonce)
+
+            try:
+                return retrying(self._pool, work)  # type: ignore[no-any-return]
+            except psycopg.OperationalError:
+                raise StoreError(f"{self.where}: could not store a turn (the connection kept failing); whether "
+                                 "the last try landed, the next read of this memory tells") from None
 
     def _stored(self, conn: psycopg.Connection[Any], turn: Turn, nonce: uuid.UUID) -> Turn:
         """Insert `turn` under the next id: one statement that commits by itself (outside a batch).
