@@ -79,7 +79,7 @@ codex:
 	  if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; fi; \
 	  if command -v npm >/dev/null 2>&1; then \
-	    npm install --silent --no-audit --no-fund --prefix build/codex @openai/codex@$(CODEX_VERSION) >/dev/null \
+	    timeout 600 npm install --silent --no-audit --no-fund --prefix build/codex @openai/codex@$(CODEX_VERSION) >/dev/null \
 	      || echo "could not install the Codex CLI: its test will skip"; \
 	  else echo "npm not found: the Codex CLI test will skip (sudo apt-get install npm)"; fi; }
 
