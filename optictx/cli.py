@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from .budget import Budget
 from .cost import COST_MODELS
@@ -23,8 +23,6 @@ from .report import contact_sheet, plan_table, printable
 from .serve.flags import add_arguments as add_serve_arguments
 from .serve.flags import config_from
 from .turns import Turn, to_turn
-
-T = TypeVar("T")
 
 
 def _memory(turns: Sequence[Turn], args: argparse.Namespace) -> Memory:

@@ -28,13 +28,17 @@ class Prompt(Protocol):
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
+def _data_url(page: PageSegment) -> str:
+    return f"data:image/png;base64,{page.png_base64()}"
+
+
 def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for p in middle:
         if isinstance(p, str):
             parts.append({"type": "text", "text": p})
         else:
-            image_url: dict[str, Any] = {"url": f"data:image/png;base64,{p.png_base64()}"}
+            image_url: dict[str, Any] = {"url": _data_url(p)}
             if detail:
                 image_url["detail"] = detail
             parts.append({"type": "image_url", "image_url": image_url})
@@ -108,7 +112,7 @@ def to_responses(ctx: Prompt, items: Items | None = None) -> list[dict[str, Any]
         else:
             out.append({"role": "user", "content": [
                 {"type": "input_text", "text": p} if isinstance(p, str) else
-                {"type": "input_image", "image_url": f"data:image/png;base64,{p.png_base64()}", "detail": detail}
+                {"type": "input_image", "image_url": _data_url(p), "detail": detail}
                 for p in item]})
     return out
 

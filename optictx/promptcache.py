@@ -96,6 +96,7 @@ CACHE_PRICING: MappingProxyType[str, CachePricing] = MappingProxyType({
     "local": CachePricing("local", 0.0, 1.0, "prefill", 0, float("inf"), source="optictx.models prefix KV reuse"),
 })
 
+
 def get_cache_pricing(spec: str | CachePricing) -> CachePricing:
     """Cache rules by registry name, or the object itself (ConfigError listing the names)."""
     if isinstance(spec, CachePricing):

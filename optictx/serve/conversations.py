@@ -114,6 +114,7 @@ class Conversation:
     meter: Meter = field(default_factory=Meter)  # its modeled bill, request by request
     closed: bool = False
     name: str | None = None
+    drawn: int = 0  # sealed pages drawn ahead so far (`drawahead.py`): pages seal in order, never change
 
 
 class Conversations:

@@ -25,8 +25,8 @@ class DrawAhead:
         self._queued: set[str] = set()
 
     def after(self, conv: Conversation) -> None:
-        """Queue a draw of the conversation's sealed pages not drawn yet, at the tier a
-        compaction sends them (the ladder's oldest: every page at one tier, `prefix.for_compaction`)."""
+        """Queue a draw of the pages that sealed since the last draw, at the tier a compaction
+        sends them (the ladder's oldest: every page at one tier, `prefix.for_compaction`)."""
         with self._lock:
             if conv.id in self._queued:
                 return
@@ -37,11 +37,12 @@ class DrawAhead:
         try:
             memory = conv.memory
             tier = getattr(memory.ladder, "rest", Tier.TINY)
-            for page in memory.pages if tier.is_image else ():
+            sealed = [p for p in memory.pages if p.sealed] if tier.is_image else []
+            for page in sealed[conv.drawn:]:
                 if conv.closed:
                     break
-                if page.sealed:
-                    memory.images.png_base64(page, tier)
+                memory.images.png_base64(page, tier)
+                conv.drawn += 1
         except Exception as exc:  # closed under it (evicted, shut down): nothing left to draw for
             log.debug("conversation %s: no pages drawn ahead (%s)", conv.id, type(exc).__name__)
         finally:

@@ -38,9 +38,10 @@ CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, convers
 # The bill of each request in base-input tokens (a cache read at 0.1x counts a tenth) and in
 # dollars: optictx's prompt and the conversation as it came, modeled under the provider's cache
 # rules (serve/meter.py), and what the upstream said it billed (NULL: it said nothing).
-_ADDED_CONVERSATIONS = ("title TEXT",)
-_ADDED = ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
-          "passthrough_usd {real}", "billed_usd {real}", "usage TEXT")
+# A conversation's title: the start of its first user message (`conversations.title_of`).
+_ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
+                       "passthrough_usd {real}", "billed_usd {real}", "usage TEXT"),
+          "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SQLITE = {"p": "", "real": "REAL", "blob": "BLOB", "serial": "INTEGER"}
 _POSTGRES = {"p": "optictx_serve_", "real": "DOUBLE PRECISION", "blob": "BYTEA", "serial": "BIGSERIAL"}
@@ -78,7 +79,7 @@ class _SQLite:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.executescript(_SCHEMA.format(**_SQLITE))
-        for table, added in (("requests", _ADDED), ("conversations", _ADDED_CONVERSATIONS)):
+        for table, added in _ADDED.items():
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for column in added:
                 if column.split()[0] not in have:
@@ -110,7 +111,7 @@ class _Postgres:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for statement in _SCHEMA.format(**_POSTGRES).split(";"):
                 conn.execute(statement)
-            for table, added in (("requests", _ADDED), ("conversations", _ADDED_CONVERSATIONS)):
+            for table, added in _ADDED.items():
                 for column in added:
                     conn.execute(f"ALTER TABLE optictx_serve_{table} ADD COLUMN IF NOT EXISTS "
                                  + column.format(**_POSTGRES))
@@ -217,10 +218,10 @@ class Ledger:
         money = ", ".join(f"SUM(r.{c})" for c in _MONEY)
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
-            f"MAX(r.at), {money}, c.title, (SELECT model FROM {{p}}requests m WHERE m.conversation = c.id "
-            f"ORDER BY m.id DESC LIMIT 1) FROM {{p}}conversations c LEFT JOIN {{p}}requests r "
-            "ON r.conversation = c.id WHERE c.tenant = ? GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, "
-            "c.created DESC", (tenant,))
+            f"MAX(r.at), {money}, c.title, (SELECT model FROM {{p}}requests m WHERE m.tenant = c.tenant "
+            "AND m.conversation = c.id ORDER BY m.id DESC LIMIT 1) "  # its last model, by the tenant's index
+            "FROM {p}conversations c LEFT JOIN {p}requests r ON r.conversation = c.id WHERE c.tenant = ? "
+            "GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, c.created DESC", (tenant,))
         keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY, "title", "model")
         return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), *r[6:]))) for r in rows]
 

@@ -22,6 +22,7 @@ from ..errors import TurnError
 from ..export import to_responses
 from ..turns import Turn, to_turn
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
+from .openai_api import OpenAIChat
 
 # Items that ride with a neighbouring turn instead of being one (opaque, encrypted).
 _RIDERS = frozenset({"reasoning", "compaction"})
@@ -137,8 +138,7 @@ class OpenAIResponses:
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
         return json.dumps({**parsed.body, "input": items}).encode()
 
-    def error(self, exc: ApiError) -> dict[str, Any]:
-        return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}
+    error = OpenAIChat.error  # the same error body as Chat Completions
 
     def stream_error(self, message: str) -> bytes:
         # An "error" event; the openai SDK raises APIError on data that holds "error".
