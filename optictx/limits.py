@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .errors import TurnTooLargeError
 from .turns import Turn
@@ -23,10 +23,13 @@ class Limits(BaseModel):
         16_000_000, ge=1,
         description="characters of one turn (text, tool-call arguments, other content parts as JSON); "
                     "a longer turn is refused with TurnTooLargeError before anything is stored")
-    max_pages: int | None = Field(
-        None, ge=0,
-        description="page images in one context, oldest dropped first; None: the vision model's "
-                    "documented images-per-request cap (Anthropic: 100), else only the budget")
+    # It was `max_pages`, but it counts the client's own images too; the old name still loads
+    # (settings stored by earlier versions, callers not yet moved).
+    max_images: int | None = Field(
+        None, ge=0, validation_alias=AliasChoices("max_images", "max_pages"),
+        description="images in one context, pages and the client's own; pages give way, oldest first. "
+                    "None: the vision model's documented images-per-request cap (Anthropic: 100), "
+                    "else only the budget")
 
     def check(self, turn: Turn) -> None:
         size = turn_chars(turn)
@@ -36,8 +39,8 @@ class Limits(BaseModel):
                 "nothing was stored. Store a summary or a file reference, or raise the limit.")
 
     def image_cap(self, model_max: int | None) -> int | None:
-        """The most images in one context: `max_pages` or the vision model's cap, whichever is lower."""
-        caps = [c for c in (self.max_pages, model_max) if c is not None]
+        """The most images in one context: `max_images` or the vision model's cap, whichever is lower."""
+        caps = [c for c in (self.max_images, model_max) if c is not None]
         return min(caps) if caps else None
 
 

@@ -85,7 +85,7 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     recent_tokens = [snap.turn_tokens(t, cost) for t in snap.recent]
     if image_cap is not None and snap.image_count(fixed) > image_cap:
         raise BudgetError(f"system and pinned turns hold {snap.image_count(fixed)} images, but {cost.name!r} takes "
-                          f"at most {image_cap} per request: unpin turns or raise Limits.max_pages")
+                          f"at most {image_cap} per request: unpin turns or raise Limits.max_images")
     for cut in safe_cuts(snap.recent):
         # Native images count against the cap: when those of the turns kept as text are too many,
         # more turns go onto pages (where an image is drawn as "[image]").

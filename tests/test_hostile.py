@@ -224,7 +224,7 @@ def test_pages_per_context_are_capped_by_limits_and_by_the_provider():
     sealed = [p for p in mem.pages if p.sealed]
     assert claude.pages[-1].page.index == len(sealed) - 1  # the newest kept, the oldest dropped
     assert len([p for p in mem.context().pages if p.tier.is_image]) > 250  # DeepSeek-OCR: no cap
-    capped = Memory(budget=Budget(tokens=400_000), keep_recent=1, limits=Limits(max_pages=3), verbatim=False)
+    capped = Memory(budget=Budget(tokens=400_000), keep_recent=1, limits=Limits(max_images=3), verbatim=False)
     for t in mem.transcript()[:20]:
         capped.add(t.model_copy(update={"id": None}))
     assert len([p for p in capped.context().pages if p.tier.is_image]) == 3

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from optictx import Budget, ConfigError, Limits, Memory, Tier, Turn, TurnError, TurnTooLargeError
 from optictx.errors import ConversationFileError
 from optictx.io import read_jsonl
+from optictx.store import SQLiteStore
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -313,7 +314,20 @@ def test_images_of_unknown_size_are_priced_as_the_largest_and_pinned_images_over
     mem.add(turn)
     assert mem.context().text_segments[-1].tokens >= 2 * COST_MODELS["anthropic"].image_tokens(Tier.GUNDAM,
                                                                                              UNKNOWN_SIZE)
-    capped = Memory(vision="anthropic", limits=Limits(max_pages=1))
+    capped = Memory(vision="anthropic", limits=Limits(max_images=1))
     capped.add(turn.model_copy(update={"pinned": True}))
     with pytest.raises(BudgetError, match="2 images.*at most 1"):
         capped.context()
+
+
+def test_the_images_cap_keeps_its_old_name_for_callers_and_stored_settings(tmp_path):
+    assert Limits(max_pages=2) == Limits(max_images=2)  # `max_pages` was its name: it caps client images too
+    path = tmp_path / "old.db"
+    Memory(store=path, limits=Limits(max_images=3)).close()
+    store = SQLiteStore(path)
+    meta = store.get_meta()
+    meta["limits"] = {("max_pages" if k == "max_images" else k): v for k, v in meta["limits"].items()}
+    store.set_meta(meta)  # settings as an earlier version stored them
+    store.close()
+    with Memory.open(path) as again:
+        assert again.limits.max_images == 3
