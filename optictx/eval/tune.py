@@ -73,7 +73,7 @@ class TuneResult:
     held_out: dict[str, Trial]  # "default" and "best", scored on pages the search never read
 
 
-def fitted(config: RenderConfig) -> RenderConfig:
+def font_fitted(config: RenderConfig) -> RenderConfig:
     """`config` with the largest font at which its page holds `tokens_per_page` prose tokens."""
     return config.model_copy(update={"font_size": font_for_density(config.tokens_per_page, config)})
 
@@ -123,7 +123,7 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
     held-out pages."""
     rng = random.Random(seed)
     bar = Bar(max_evals, "tune trials", "trial")
-    default = scorer.trial(0, "", fitted(start or RenderConfig()))
+    default = scorer.trial(0, "", font_fitted(start or RenderConfig()))
     best, trials, seen = default, [default], {default.config}
     improved = True
     while improved and len(trials) < max_evals:
@@ -131,7 +131,7 @@ def tune(scorer: Scorer, *, start: RenderConfig | None = None, max_evals: int = 
         for name in rng.sample(list(SPACE), len(SPACE)):
             values = [v for v in SPACE[name] if v != getattr(best.config, name)]
             for value in rng.sample(values, len(values)):
-                candidate = fitted(best.config.model_copy(update={name: value}))
+                candidate = font_fitted(best.config.model_copy(update={name: value}))
                 if len(trials) >= max_evals or candidate in seen:  # a revisit would spend a trial for nothing
                     continue
                 seen.add(candidate)

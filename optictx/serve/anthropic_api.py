@@ -119,7 +119,7 @@ class AnthropicMessages:
                 raise ApiError(f"messages: {exc}", param="messages") from exc
         return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(o for _, o in pairs))
 
-    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
 

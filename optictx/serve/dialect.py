@@ -51,7 +51,7 @@ class Dialect(Protocol):
         """The request's turns, or ApiError naming the bad field (nothing is stored then)."""
         ...
 
-    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         """The body that goes upstream: the client's own bytes for a verbatim context."""
         ...
 

@@ -30,7 +30,7 @@ class OpenAIChat:
                 raise ApiError(f"messages[{i}]: {exc}", param=f"messages[{i}]") from exc
         return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(messages))
 
-    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
 

@@ -47,7 +47,7 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit)
-    return dialect.fitted(parsed, ctx), ctx
+    return dialect.upstream_body(parsed, ctx), ctx
 
 
 # A name no rule knows is priced as the API it came through: the provider's own family.

@@ -127,7 +127,7 @@ class OpenAIResponses:
                 raise ApiError(f"{where}: {exc}", param=where) from exc
         return Parsed(body, raw, model, stream, tuple(turns), tuple(o for _, o in pairs))
 
-    def fitted(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
 
