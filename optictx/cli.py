@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--budget", type=int, default=8192, help="context budget in tokens (default 8192)")
         sp.add_argument("--vision", default="deepseek-ocr", choices=list(COST_MODELS), help="consumer cost model")
         sp.add_argument("--keep-recent", type=int, default=4, help="turns kept as text (default 4)")
-        sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's, 1050)")
+        sp.add_argument("--tokens-per-page", type=int, help="text tokens per page (default: the render config's)")
 
     def readers(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--reader", default="tesseract", choices=["tesseract", "rapidocr", "reflex", "openai"])
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", help="model name on that server, for --reader openai")
 
     def renders(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--columns", type=int, help="text columns per page (default: the render config's, 3)")
+        sp.add_argument("--columns", type=int, help="text columns per page (default: the render config's)")
         sp.add_argument("--render", help="RenderConfig JSON to measure (e.g. what optictx tune wrote)")
 
     demo = sub.add_parser("demo", help="shipped sample conversation -> pages, plan table, contact sheet")

@@ -29,7 +29,9 @@ class RenderConfig(BaseModel):
     # 21 px fills a ~1000-token prose page and still reads at SMALL and TINY (BENCHMARKS.md, "Text density").
     font_size: int = Field(21, ge=6, le=96, description="body and code text, px at master size")
     header_size: int = Field(17, ge=6, le=96)
-    line_spacing: float = Field(1.18, ge=1.0, le=3.0, description="line pitch / font size")
+    # 1.14 (a 24-px pitch): two more lines a column than 1.18 and still read at TINY by both
+    # readers; at 1.1 Tesseract fell to ~93% on some sessions (BENCHMARKS.md, "Denser pages").
+    line_spacing: float = Field(1.14, ge=1.0, le=3.0, description="line pitch / font size")
     tab_width: int = Field(4, ge=1, le=16)
     header_fill: int = Field(216, ge=0, le=255, description="grey of the role header band")
     fallback_fonts: tuple[str, ...] = Field(
@@ -45,18 +47,19 @@ class RenderConfig(BaseModel):
         "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
     )
-    # Three columns: at 21 px real agent sessions pack ~10% more per page than with two, code
-    # ~19%, tool output ~34%, prose 5%, and both readers read them as well (BENCHMARKS.md,
-    # "Three columns, 1,050 tokens per page").
-    columns: int = Field(3, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
+    # Four columns: agent traffic is short lines (tool output, code), which fill a column's
+    # height long before its width; with the pitch above a Claude Code page holds ~20% more
+    # than three columns at 1.18 did (BENCHMARKS.md, "Denser pages").
+    columns: int = Field(4, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
     compact_json: bool = Field(True, description="draw multi-line JSON documents with no layout whitespace, "
                                "breaking lines between items")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
     # describes a whole page design, and the page digest covers it.
-    # 1050: the most at which a page of prose is still full at 21 px (three columns hold ~1,090),
-    # so the font stays the one fitted to the density.
-    tokens_per_page: int = Field(1050, ge=16, le=100_000, description="text tokens a page holds at most")
+    # 1100: the most at which a page of prose is still full at 21 px (four columns at the pitch
+    # above hold ~1,120), so the font stays the one fitted to the density; pages of agent
+    # traffic mostly close on their height first.
+    tokens_per_page: int = Field(1100, ge=16, le=100_000, description="text tokens a page holds at most")
 
     @property
     def line_height(self) -> int:

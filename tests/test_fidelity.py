@@ -8,13 +8,15 @@ from optictx import Tier
 from optictx.cli import main
 from optictx.eval.fidelity import content, content_accuracy, corpora, font_for_density
 from optictx.io import write_jsonl
+from optictx.renderers import RenderConfig
 from optictx.sample import sample_conversation
 
 
 def test_corpora_are_offline_and_cover_three_kinds():
     c = corpora()
     assert set(c) == {"prose", "code", "tool"} and all(len(v) >= 4 for v in c.values())
-    assert font_for_density(1000) == 21  # the shipped default font is the fitted one
+    default = RenderConfig()
+    assert font_for_density(default.tokens_per_page) == default.font_size  # the shipped font is the fitted one
 
 
 def test_content_characters_leave_out_rules_and_only_rules():

@@ -227,10 +227,11 @@ def test_pretty_json_is_drawn_compact_and_keeps_every_token(value, indent):
 
 def test_compact_json_breaks_between_items_and_leaves_other_code_alone():
     text = '{\n  "id": "cus_5f301850c5",\n  "qty": 10,\n  "dup": 1,\n  "dup": 2.50,\n  "big": 1e5\n}'
-    lines = [ln.text for ln in LAYOUT.lines(Block(text, "code"))]
+    three = Layout(RenderConfig(columns=3))  # a column 31 characters wide
+    lines = [ln.text for ln in three.lines(Block(text, "code"))]
     assert lines == ['{"id": "cus_5f301850c5",', '"qty": 10, "dup": 1, "dup":', '2.50, "big": 1e5}']
     # Numbers keep their spelling and duplicate keys stay: only whitespace changed.
-    pretty = Layout(RenderConfig(compact_json=False)).lines(Block(text, "code"))
+    pretty = Layout(RenderConfig(columns=3, compact_json=False)).lines(Block(text, "code"))
     assert [ln.text for ln in pretty][1] == '  "id": "cus_5f301850c5",'
     # Not JSON, one line of JSON, and JSON nested past the parser's depth are drawn as they are.
     plain = Layout(RenderConfig(compact_json=False))
