@@ -26,7 +26,8 @@ class RenderConfig(BaseModel):
 
     size: int = Field(1280, ge=256, le=4096, description="master page side in px (square)")
     margin: int = Field(24, ge=0, le=256)
-    # 21 px fills a ~1000-token prose page and still reads at SMALL and TINY (BENCHMARKS.md, "Text density").
+    # 21 px fills a ~1,100-token prose page (four columns) and still reads at SMALL and TINY
+    # (BENCHMARKS.md, "Text density", "Denser pages").
     font_size: int = Field(21, ge=6, le=96, description="body and code text, px at master size")
     header_size: int = Field(17, ge=6, le=96)
     # 1.14 (a 24-px pitch): two more lines a column than 1.18 and still read at TINY by both
@@ -48,7 +49,7 @@ class RenderConfig(BaseModel):
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
     )
     # Four columns: agent traffic is short lines (tool output, code), which fill a column's
-    # height long before its width; with the pitch above a Claude Code page holds ~20% more
+    # height long before its width; with the pitch above a Claude Code page holds 12-16% more
     # than three columns at 1.18 did (BENCHMARKS.md, "Denser pages").
     columns: int = Field(4, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
