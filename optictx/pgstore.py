@@ -23,6 +23,7 @@ database's URLs, pools, schema and retries are `pgdb.py`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 import uuid
@@ -83,6 +84,10 @@ class PostgresStore:
         self._first_nonce: uuid.UUID | None = None  # the open batch's first append
         self._next = -1  # the id the next append expects (-1: unknown, read on the first append)
         self._tail: Turn | None = None  # the last append, for the since() that follows it
+        # The settings as this store last read or wrote them: a memory reopened writes back the
+        # settings it has just read, and that costs no round trip (another writer's settings
+        # between the two are overwritten either way, as before).
+        self._meta: dict[str, Any] | None = None
         self._pool = pool(url, create=create)
         self._closed = False
         try:
@@ -254,19 +259,22 @@ class PostgresStore:
         if not rows or rows[0][0] is None:
             return None
         try:
-            return decode_meta(rows[0][0])
+            meta = decode_meta(rows[0][0])
         except (ValueError, TypeError, RecursionError, StoreError) as exc:
             raise StoreError(f"{self.where}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
+        self._meta = copy.deepcopy(meta)  # the caller may change its copy before writing it back
+        return meta
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         try:
-            if self.get_meta() == meta:
+            if (self._meta if self._meta is not None else self.get_meta()) == meta:
                 return
         except StoreError:
             pass  # damaged settings are replaced by the ones given
         body = seal(json.dumps(meta))
         self._retrying("store settings", lambda conn: conn.execute(
             "UPDATE optictx_memories SET meta = %s WHERE id = %s", (body, self._id)))
+        self._meta = copy.deepcopy(meta)
 
     def load_pages(self, key: str) -> list[str]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:

@@ -120,6 +120,40 @@ def test_damaged_rows_are_store_errors_and_damaged_pages_are_packed_again(db):
         Memory.open(url)
 
 
+def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(db, monkeypatch):
+    import psycopg
+
+    from optictx.pgstore import PostgresStore
+
+    pg, name = db
+    url = pg.url(name)
+    _filled(url, 4).close()
+    keep = Memory(store=url)  # holds the pool, as a proxy's other conversations do
+    statements: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cur, query, *args, **kwargs):
+        statements.append(str(query))
+        return execute(cur, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    with Memory.open(url):
+        pass
+    assert sum("SELECT meta" in q for q in statements) == 1, statements
+    assert not any(q.startswith("UPDATE optictx_memories") for q in statements)  # nothing to write
+    with Memory.open(url, keep_recent=7):  # changed settings are written
+        pass
+    store = PostgresStore(url)
+    meta = store.get_meta()
+    assert meta["keep_recent"] == 7
+    meta["keep_recent"] = 9  # the caller's copy, changed and written back
+    store.set_meta(meta)
+    store.close()
+    with Memory.open(url) as again:
+        assert again.keep_recent == 9
+    keep.close()
+
+
 def test_connections_killed_by_the_server_are_replaced_without_losing_or_repeating_a_turn(db):
     pg, name = db
     mem = _filled(pg.url(name), n=10)
