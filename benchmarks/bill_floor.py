@@ -37,7 +37,7 @@ def floor(path: Path, scale: float) -> tuple[str, float, float, float]:
     for m in session.messages:
         if m.get("role") != "system":
             memory.add(m)
-    sealed = memory.pages[:-1]
+    sealed = [p for p in memory.pages if p.sealed]  # the open page is not full
     page = cost.page_tokens(Tier.TINY)
     density = scale * (sum(p.tokens or 0 for p in sealed) / (page * len(sealed)) if sealed else 1.0)
     plain, counted = PromptCache(pricing), {}

@@ -85,8 +85,8 @@ class PostgresStore:
         self._next = -1  # the id the next append expects (-1: unknown, read on the first append)
         self._tail: Turn | None = None  # the last append, for the since() that follows it
         # The settings as this store last read or wrote them: a memory reopened writes back the
-        # settings it has just read, and that costs no round trip (another writer's settings
-        # between the two are overwritten either way, as before).
+        # settings it has just read, and comparing with them costs no round trip. (Settings
+        # another writer stored in the milliseconds between are now kept, not overwritten.)
         self._meta: dict[str, Any] | None = None
         self._pool = pool(url, create=create)
         self._closed = False
