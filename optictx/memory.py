@@ -99,6 +99,7 @@ class Memory:
     cache: bool = _policy_field("cache")
     headroom: float = _policy_field("headroom")
     horizon: float = _policy_field("horizon")
+    first_horizon: float = _policy_field("first_horizon")
     margin: float = _policy_field("margin")
 
     def _set_policy(self, **fields: Any) -> None:

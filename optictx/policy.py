@@ -34,9 +34,12 @@ class Policy:
       False plans every context afresh (the prompt's front then moves on most calls).
     - `headroom`: the share of the budget a forced compaction leaves free for the turns to come;
       `horizon`: the calls still to come, as a multiple of the calls so far, over which a
-      compaction must pay back; `margin`: how many times over it must pay back there (a bet on
-      calls that may never come: at 1.5 it still breaks even if the session ends a third
-      sooner than the horizon says); `pricing`: the consumer's cache rules (a `CACHE_PRICING` name or
+      later compaction must pay back; `first_horizon`: the same for the first one, which images
+      the whole conversation so far (on recorded sessions a longer bet pays for it, where for
+      later ones it makes them too frequent, each writing the tail again: BENCHMARKS.md);
+      `margin`: how many times over it must pay back there (a bet on calls that may never come:
+      at 1.5 it still breaks even if the session ends a third sooner than the horizon says);
+      `pricing`: the consumer's cache rules (a `CACHE_PRICING` name or
       a `CachePricing`; None: the provider the cost model names, a local model's otherwise).
     """
 
@@ -49,6 +52,7 @@ class Policy:
     cache: bool = True
     headroom: float = 0.3
     horizon: float = 0.25
+    first_horizon: float = 0.5
     margin: float = 1.5
     pricing: str | CachePricing | None = None
 
@@ -60,13 +64,15 @@ class Policy:
                   "verbatim": isinstance(self.verbatim, bool), "cache": isinstance(self.cache, bool),
                   "headroom": isinstance(self.headroom, (int, float)) and 0 <= self.headroom < 1,
                   "horizon": isinstance(self.horizon, (int, float)) and 0 <= self.horizon <= 1000,
+                  "first_horizon": isinstance(self.first_horizon, (int, float)) and 0 <= self.first_horizon <= 1000,
                   "margin": isinstance(self.margin, (int, float)) and 1 <= self.margin <= 1000,
                   "pricing": self.pricing is None or isinstance(self.pricing, CachePricing) or (
                       isinstance(self.pricing, str) and self.pricing in CACHE_PRICING)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
                  "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
                  "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
-                 "horizon": "a number in [0, 1000]", "margin": "a number in [1, 1000]",
+                 "horizon": "a number in [0, 1000]", "first_horizon": "a number in [0, 1000]",
+                 "margin": "a number in [1, 1000]",
                  "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}"}
         for name, ok in checks.items():
             if not ok:
@@ -76,7 +82,7 @@ class Policy:
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
         ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=, cache=, headroom=, horizon=,
-        margin=, pricing=."""
+        first_horizon=, margin=, pricing=."""
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:

@@ -10,7 +10,8 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
 - forced: the appended prompt would exceed the hard budget or the images cap, or the system and
   pinned turns changed. It plans to the budget less `Policy.headroom`, so the next one is far.
 - paid: what it saves on every later prompt, read from the cache at the provider's price over
-  the calls still to come (estimated as `Policy.horizon` times the calls so far), exceeds
+  the calls still to come (estimated as `Policy.horizon` times the calls so far, or
+  `Policy.first_horizon` times them for the first compaction), exceeds
   `Policy.margin` times what writing the changed part again costs now beyond appending.
 
 A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
@@ -124,13 +125,15 @@ def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     """What compacting to `cand` now saves over appending, over the calls to come, less what it
     costs more now (in base-input tokens); at most 0 when it saves nothing per call.
 
-    The calls to come are `policy.horizon` times the calls so far, but no more than the calls
-    until appending reaches the budget (at the growth per call since the last compaction): a
-    compaction is forced there anyway, and what this one saves ends with it."""
+    The calls to come are `policy.horizon` times the calls so far (`policy.first_horizon` before
+    the first compaction: that one images everything so far, and until it happens nothing else
+    saves), but no more than the calls until appending reaches the budget (at the growth per call
+    since the last compaction): a compaction is forced there anyway, and what this one saves ends
+    with it."""
     kept = min(state.pieces, len(append.pieces))
     cost_append = pricing.call(append.tokens, min(state.sent, append.tokens))
     cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
-    ahead = policy.horizon * max(1, state.calls)
+    ahead = (policy.horizon if state.compactions else policy.first_horizon) * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)
     if growth > 0:
         ahead = min(ahead, (limit - append.tokens) / growth)

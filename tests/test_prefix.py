@@ -184,6 +184,30 @@ def test_a_larger_margin_never_pays_a_compaction_sooner(sample):
         Memory(margin=0.5)
 
 
+def test_the_first_compaction_bets_on_first_horizon(sample):
+    """The first compaction weighs the calls to come as `first_horizon` times the calls so far:
+    a longer bet pays it no later, and with none (0) it never comes, nor does any after it."""
+    def first_paid(first_horizon: float) -> int | None:
+        mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", first_horizon=first_horizon)
+        calls = 0
+        for m in sample:
+            mem.add(m)
+            if m["role"] == "assistant":
+                continue
+            calls += 1
+            if mem.context().event == "paid":
+                return calls
+        return None
+
+    firsts = [first_paid(h) for h in (4.0, 1.0, 0.25, 0.0)]
+    assert firsts[0] is not None and firsts[-1] is None, firsts
+    reached = [f for f in firsts if f is not None]
+    assert reached == sorted(reached) and reached[0] < reached[-1], firsts
+    assert Memory(first_horizon=2.0).policy.first_horizon == 2.0
+    with pytest.raises(ConfigError, match="first_horizon"):
+        Memory(first_horizon=-1)
+
+
 def test_the_plan_state_survives_a_reopen(sample, backend):
     spec = backend.spec()
     one = Memory(budget=Budget(tokens=5000), keep_recent=4, store=spec)
