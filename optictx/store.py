@@ -23,6 +23,7 @@ Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sqlite3
@@ -159,6 +160,7 @@ class SQLiteStore:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of batch()
+        self._meta: dict[str, Any] | None = None  # the settings last read or written (a reopen reads once)
         if not create and not self.path.is_file():
             raise StoreError(f"{self.path}: no such memory file")
         size = self.path.stat().st_size if self.path.is_file() else None
@@ -283,13 +285,15 @@ class SQLiteStore:
         try:
             with self._lock:
                 row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
-            return decode_meta(row[0]) if row else None
+            meta = decode_meta(row[0]) if row else None
         except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
             raise StoreError(f"{self.path}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
+        self._meta = copy.deepcopy(meta)  # the caller may change its copy before writing it back
+        return meta
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         try:
-            if self.get_meta() == meta:
+            if (self._meta if self._meta is not None else self.get_meta()) == meta:
                 return  # nothing to write: a memory on a full (or read-only) disk still opens
         except StoreError:
             pass  # damaged settings are replaced by the ones given
@@ -299,6 +303,7 @@ class SQLiteStore:
                                  (seal(json.dumps(meta)),))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store settings ({exc})") from exc
+        self._meta = copy.deepcopy(meta)
 
     def load_pages(self, key: str) -> list[str]:
         try:

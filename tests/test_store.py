@@ -23,6 +23,38 @@ def test_a_stored_memory_reopens_with_ids_settings_and_same_context(backend, sam
     assert again.add({"role": "user", "content": "next"}).id == 80
 
 
+def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(tmp_path, monkeypatch):
+    """As on PostgreSQL (tests/test_pgstore.py): the store remembers the settings it last read
+    or wrote, so a reopen reads them once and writes nothing when they are unchanged."""
+    from optictx.store import SQLiteStore
+
+    path = tmp_path / "m.db"
+    Memory(store=path, keep_recent=3).close()
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        db = connect(*args, **kwargs)
+        db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    with Memory.open(path):
+        pass
+    assert sum("FROM meta WHERE key='memory'" in q for q in statements) == 1, statements
+    assert not any("INSERT OR REPLACE INTO meta" in q for q in statements)  # nothing to write
+    with Memory.open(path, keep_recent=7):  # changed settings are written
+        pass
+    store = SQLiteStore(path)
+    meta = store.get_meta()
+    assert meta["keep_recent"] == 7
+    meta["keep_recent"] = 9  # the caller's copy, changed and written back
+    store.set_meta(meta)
+    store.close()
+    with Memory.open(path) as again:
+        assert again.keep_recent == 9
+
+
 def test_hostile_text_survives_the_store(backend):
     path = backend.spec("m")
     mem = Memory(store=path)
