@@ -120,10 +120,10 @@ def test_damaged_rows_are_store_errors_and_damaged_pages_are_packed_again(db):
         Memory.open(url)
 
 
-def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(db, monkeypatch):
+def test_a_reopen_reads_its_settings_once(db, monkeypatch):
+    """With the pool open, a reopen reads the settings once and writes nothing unchanged;
+    changed ones are written (tests/test_store.py, both backends)."""
     import psycopg
-
-    from optictx.pgstore import PostgresStore
 
     pg, name = db
     url = pg.url(name)
@@ -141,16 +141,6 @@ def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(db, m
         pass
     assert sum("SELECT meta" in q for q in statements) == 1, statements
     assert not any(q.startswith("UPDATE optictx_memories") for q in statements)  # nothing to write
-    with Memory.open(url, keep_recent=7):  # changed settings are written
-        pass
-    store = PostgresStore(url)
-    meta = store.get_meta()
-    assert meta["keep_recent"] == 7
-    meta["keep_recent"] = 9  # the caller's copy, changed and written back
-    store.set_meta(meta)
-    store.close()
-    with Memory.open(url) as again:
-        assert again.keep_recent == 9
     keep.close()
 
 

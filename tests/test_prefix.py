@@ -160,23 +160,25 @@ def test_at_the_defaults_the_saving_comes_from_pages_not_from_forgetting(sample,
     assert "paid" in events
 
 
+def _first_paid(sample, **policy) -> int | None:
+    """The call (an agent loop's, one per non-assistant turn) of the first paid compaction."""
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", **policy)
+    calls = 0
+    for m in sample:
+        mem.add(m)
+        if m["role"] == "assistant":
+            continue
+        calls += 1
+        if mem.context().event == "paid":
+            return calls
+    return None
+
+
 def test_a_larger_margin_never_pays_a_compaction_sooner(sample):
     """Until its first paid compaction a memory's calls are the same whatever the margin (the
     conversation as it came, then appends), and a larger margin asks more of each: its first
     paid compaction comes no sooner, and at a margin no bet meets, none comes at all."""
-    def first_paid(margin: float) -> int | None:
-        mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", margin=margin)
-        calls = 0
-        for m in sample:
-            mem.add(m)
-            if m["role"] == "assistant":
-                continue
-            calls += 1
-            if mem.context().event == "paid":
-                return calls
-        return None
-
-    firsts = [first_paid(m) for m in (1.0, 1.5, 3.0, 1000.0)]
+    firsts = [_first_paid(sample, margin=m) for m in (1.0, 1.5, 3.0, 1000.0)]
     assert firsts[0] is not None and firsts[-1] is None
     reached = [f for f in firsts if f is not None]
     assert reached == sorted(reached) and reached[0] < reached[-1], firsts
@@ -187,19 +189,7 @@ def test_a_larger_margin_never_pays_a_compaction_sooner(sample):
 def test_the_first_compaction_bets_on_first_horizon(sample):
     """The first compaction weighs the calls to come as `first_horizon` times the calls so far:
     a longer bet pays it no later, and with none (0) it never comes, nor does any after it."""
-    def first_paid(first_horizon: float) -> int | None:
-        mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", first_horizon=first_horizon)
-        calls = 0
-        for m in sample:
-            mem.add(m)
-            if m["role"] == "assistant":
-                continue
-            calls += 1
-            if mem.context().event == "paid":
-                return calls
-        return None
-
-    firsts = [first_paid(h) for h in (4.0, 1.0, 0.25, 0.0)]
+    firsts = [_first_paid(sample, first_horizon=h) for h in (4.0, 1.0, 0.25, 0.0)]
     assert firsts[0] is not None and firsts[-1] is None, firsts
     reached = [f for f in firsts if f is not None]
     assert reached == sorted(reached) and reached[0] < reached[-1], firsts

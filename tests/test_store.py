@@ -5,7 +5,7 @@ import pytest
 
 from optictx import Budget, Limits, Memory, RenderConfig, StoreError, TurnTooLargeError
 from optictx.renderers import Layout
-from optictx.store import _APP_ID, SCHEMA_VERSION
+from optictx.store import _APP_ID, SCHEMA_VERSION, open_store
 
 
 def test_a_stored_memory_reopens_with_ids_settings_and_same_context(backend, sample):
@@ -23,11 +23,9 @@ def test_a_stored_memory_reopens_with_ids_settings_and_same_context(backend, sam
     assert again.add({"role": "user", "content": "next"}).id == 80
 
 
-def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(tmp_path, monkeypatch):
+def test_a_sqlite_reopen_reads_its_settings_once(tmp_path, monkeypatch):
     """As on PostgreSQL (tests/test_pgstore.py): the store remembers the settings it last read
     or wrote, so a reopen reads them once and writes nothing when they are unchanged."""
-    from optictx.store import SQLiteStore
-
     path = tmp_path / "m.db"
     Memory(store=path, keep_recent=3).close()
     statements: list[str] = []
@@ -43,15 +41,21 @@ def test_a_reopen_reads_its_settings_once_and_changed_settings_are_written(tmp_p
         pass
     assert sum("FROM meta WHERE key='memory'" in q for q in statements) == 1, statements
     assert not any("INSERT OR REPLACE INTO meta" in q for q in statements)  # nothing to write
-    with Memory.open(path, keep_recent=7):  # changed settings are written
+
+
+def test_changed_settings_and_a_callers_changed_copy_are_written(backend):
+    """The settings a store remembers never stop a change from being written."""
+    spec = backend.spec()
+    Memory(store=spec, keep_recent=3).close()
+    with Memory.open(spec, keep_recent=7):
         pass
-    store = SQLiteStore(path)
+    store = open_store(spec)
     meta = store.get_meta()
     assert meta["keep_recent"] == 7
     meta["keep_recent"] = 9  # the caller's copy, changed and written back
     store.set_meta(meta)
     store.close()
-    with Memory.open(path) as again:
+    with Memory.open(spec) as again:
         assert again.keep_recent == 9
 
 
