@@ -147,3 +147,23 @@ def test_each_answer_says_its_modeled_cost_beside_the_conversation_as_it_came(pr
     # Sent as it came (it fits), the bill is the conversation's as it came, cache reads counted.
     assert all(a == pytest.approx(b) for a, b in costs)
     assert costs[1][1] < costs[0][1]  # the second request reads the first from the cache
+
+
+def test_the_upstream_body_is_json_dumps_byte_for_byte(sample):
+    """Pages are spliced into the body rather than encoded again: the bytes are still exactly
+    what `json.dumps` writes, whatever the client's own text holds."""
+    import json
+
+    from optictx import Budget, Memory
+    from optictx.export import to_anthropic
+    from optictx.serve.anthropic_api import _dumps
+
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="anthropic")
+    for m in sample[:200]:
+        mem.add(m)
+    ctx = mem.context()
+    system, messages = to_anthropic(ctx, cache=True)
+    pages = [p.image.png_base64() for p in ctx.pieces if p.image is not None]
+    tricky = {"role": "user", "content": [{"type": "text", "text": 'optictx-page-0 "quoted" \\ \u00e9 \ud83d\ude00'}]}
+    body = {"model": "m", "max_tokens": 5, "system": system, "messages": [*messages, tricky]}
+    assert pages and _dumps(body, pages) == json.dumps(body).encode()
