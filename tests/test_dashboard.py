@@ -135,7 +135,9 @@ def test_per_key_a_key_sees_its_own_conversations_only(per_key, browser):
     page = browser.new_page(viewport={"width": 1200, "height": 1200})
     page.goto(per_key.url + "/optictx/")
     page.wait_for_selector("#keys:not([hidden])")
-    assert page.locator("#empty-key").is_visible()  # says to give the key
+    # It says to give the key once the conversations have loaded (a second fetch after the form
+    # shows): waiting for it, not asserting at once, which raced that fetch (seen failing once).
+    page.wait_for_selector("#empty-key", state="visible", timeout=10_000)
     page.fill("#api-key", "key-a")
     page.click("button[type=submit]")
     page.wait_for_selector("#conversations tbody tr")
