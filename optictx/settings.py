@@ -14,8 +14,7 @@ from .renderers import RenderConfig
 from .turns import short
 
 _PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
-          "cache": bool, "headroom": float, "horizon": float,
-          "first_horizon": float, "margin": float}
+          "cache": bool, "headroom": float, "horizon": float, "first_horizon": float, "margin": float}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 
 

@@ -156,7 +156,7 @@ class AnthropicMessages:
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]}
         _breakpoints(body, any(_has_mark(b) for b in ours))
         # The strings the exporter just embedded, from the cache (never drawn again to be found).
-        pages = [p.image.images.png_if_cached(p.image.page, p.image.tier) for p in ctx.pieces if p.image is not None]
+        pages = [p.image.png_if_cached() for p in ctx.pieces if p.image is not None]
         return _dumps(body, [data for data in pages if data is not None])
 
     def error(self, exc: ApiError) -> dict[str, Any]:
