@@ -8,7 +8,7 @@ import pytest
 
 from optictx import ConfigError, LegibilityGate, Memory, Tier
 from optictx.models import ReflexReader
-from optictx.rowcodec import seal
+from optictx.store.rowcodec import seal
 
 TURNS = 90  # about seven sealed pages of the sample conversation
 

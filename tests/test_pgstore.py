@@ -37,22 +37,22 @@ def _filled(url: str, n: int = 60) -> Memory:
 
 
 def test_memories_are_named_listed_and_deleted_per_tenant(db):
-    from optictx import pgstore
+    from optictx.store import postgres
 
     pg, name = db
     for tenant in ("acme", "globex"):
         for memory in ("chat-1", "chat-2"):
             with Memory(store=pg.url(name, tenant=tenant, memory=memory)) as mem:
                 mem.add({"role": "user", "content": f"{tenant} {memory}"})
-    assert pgstore.names(pg.url(name, tenant="acme")) == ["chat-1", "chat-2"]
+    assert postgres.names(pg.url(name, tenant="acme")) == ["chat-1", "chat-2"]
     # One name under two tenants: two memories, neither visible from the other.
     assert Memory.open(pg.url(name, tenant="globex", memory="chat-1")).transcript()[0].content == "globex chat-1"
     with pytest.raises(StoreError, match="no such memory"):
         Memory.open(pg.url(name, tenant="initech", memory="chat-1"))
-    assert pgstore.delete(pg.url(name, tenant="acme", memory="chat-1"))
-    assert not pgstore.delete(pg.url(name, tenant="acme", memory="chat-1"))
-    assert pgstore.names(pg.url(name, tenant="acme")) == ["chat-2"]
-    assert pgstore.names(pg.url(name, tenant="globex")) == ["chat-1", "chat-2"]
+    assert postgres.delete(pg.url(name, tenant="acme", memory="chat-1"))
+    assert not postgres.delete(pg.url(name, tenant="acme", memory="chat-1"))
+    assert postgres.names(pg.url(name, tenant="acme")) == ["chat-2"]
+    assert postgres.names(pg.url(name, tenant="globex")) == ["chat-1", "chat-2"]
     assert _sql(pg, name, "SELECT count(*) FROM optictx_turns")[0][0] == 3  # the deleted one's turns are gone
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from optictx import Budget, Limits, Memory, RenderConfig, StoreError, TurnTooLargeError
 from optictx.renderers import Layout
-from optictx.store import _APP_ID, SCHEMA_VERSION, open_store
+from optictx.store import open_store
+from optictx.store.sqlite import _APP_ID, SCHEMA_VERSION
 
 
 def test_a_stored_memory_reopens_with_ids_settings_and_same_context(backend, sample):

@@ -103,7 +103,7 @@ class _Postgres:
     """The ledger's tables in the memories' database, on the memories' shared connection pool."""
 
     def __init__(self, url: str) -> None:
-        from .. import pgdb
+        from ..store import pgdb
 
         self._pg, self._url, self.where = pgdb, url, pgdb.where(url)
         self._pool = pgdb.pool(url)

@@ -60,14 +60,14 @@ class PostgresShelf(Shelf):
         return urlunsplit(parts._replace(query=urlencode(query)))
 
     def exists(self, conversation: str, tenant: str) -> bool:
-        from .. import pgstore
+        from ..store import postgres
 
-        return pgstore.exists(self.spec(conversation, tenant))
+        return postgres.exists(self.spec(conversation, tenant))
 
     def discard(self, conversation: str, tenant: str) -> None:
-        from .. import pgstore
+        from ..store import postgres
 
-        pgstore.delete(self.spec(conversation, tenant))
+        postgres.delete(self.spec(conversation, tenant))
 
 
 def shelf_for(store: Path | str | None) -> Shelf:

@@ -11,8 +11,8 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import StoreError
-from .turns import Turn
+from ..errors import StoreError
+from ..turns import Turn
 
 
 def decode_turns(rows: Iterable[tuple[int, Any]], where: object) -> list[Turn]:

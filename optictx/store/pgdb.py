@@ -1,5 +1,5 @@
 """A PostgreSQL database of optictx memories: store URLs, this process's connection pools, the
-schema and its migrations, retries on a dropped connection. `pgstore.py` keeps the memories in
+schema and its migrations, retries on a dropped connection. `postgres.py` keeps the memories in
 it; the proxy's ledger shares its pools and retries. Errors name the database as `postgresql://user@host:port/dbname`,
 never the password."""
 
@@ -10,7 +10,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .errors import StoreError, need
+from ..errors import StoreError, need
 
 psycopg = need("psycopg", "postgres")
 _pool_module = need("psycopg_pool", "postgres")

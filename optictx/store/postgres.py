@@ -17,21 +17,21 @@ same test suite (tests/test_store.py and its neighbours run on both):
   so an append whose commit may or may not have landed is looked up by that nonce before it is
   tried again, and a turn is never stored twice.
 Errors name the database as `postgresql://user@host:port/dbname`, never the password. The
-database's URLs, pools, schema and retries are `pgdb.py`.
+database's URLs, pools, schema and retries are `pgdb.py`; settings, pages and floors are cached
+and checked by `base.Derived`, as in SQLite.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import StoreError
+from ..errors import StoreError
+from ..turns import Turn
+from .base import Derived
 from .pgdb import (
     FLOORS_MADE,
     FLOORS_TABLE,
@@ -45,8 +45,7 @@ from .pgdb import (
     retrying,
     where,
 )
-from .rowcodec import decode_meta, decode_turns, dump_turn, gap_free, intact_floors, intact_pages, load_turn, seal
-from .turns import Turn
+from .rowcodec import decode_turns, dump_turn, gap_free, load_turn, seal
 
 
 def exists(url: str) -> bool:
@@ -70,7 +69,7 @@ def delete(url: str) -> bool:
                         (tenant, name)))
 
 
-class PostgresStore:
+class PostgresStore(Derived):
     """One named memory in a PostgreSQL database. Safe to share between threads.
 
     `create=False` refuses to start a new memory: one of that name must exist.
@@ -84,10 +83,6 @@ class PostgresStore:
         self._first_nonce: uuid.UUID | None = None  # the open batch's first append
         self._next = -1  # the id the next append expects (-1: unknown, read on the first append)
         self._tail: Turn | None = None  # the last append, for the since() that follows it
-        # The settings as this store last read or wrote them: a memory reopened writes back the
-        # settings it has just read, and comparing with them costs no round trip. (Settings
-        # another writer stored in the milliseconds between are now kept, not overwritten.)
-        self._meta: dict[str, Any] | None = None
         self._pool = pool(url, create=create)
         self._closed = False
         try:
@@ -252,81 +247,57 @@ class PostgresStore:
                     self._tail, self._next = None, -1
                 self._pool.putconn(conn)
 
-    # -- settings and pages -------------------------------------------------------------------
+    # -- the rows under `Derived`: settings, pages, floors -------------------------------------
 
-    def get_meta(self) -> dict[str, Any] | None:
+    def _meta_row(self) -> Any:
         rows = self._rows("read settings", "SELECT meta FROM optictx_memories WHERE id = %s", (self._id,))
-        if not rows or rows[0][0] is None:
-            return None
-        try:
-            meta = decode_meta(rows[0][0])
-        except (ValueError, TypeError, RecursionError, StoreError) as exc:
-            raise StoreError(f"{self.where}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
-        self._meta = copy.deepcopy(meta)  # the caller may change its copy before writing it back
-        return meta
+        return rows[0][0] if rows else None
 
-    def set_meta(self, meta: dict[str, Any]) -> None:
-        try:
-            if (self._meta if self._meta is not None else self.get_meta()) == meta:
-                return
-        except StoreError:
-            pass  # damaged settings are replaced by the ones given
-        body = seal(json.dumps(meta))
+    def _put_meta(self, body: str) -> None:
         self._retrying("store settings", lambda conn: conn.execute(
             "UPDATE optictx_memories SET meta = %s WHERE id = %s", (body, self._id)))
-        self._meta = copy.deepcopy(meta)
 
-    def load_pages(self, key: str) -> list[str]:
+    def _page_rows(self, key: str) -> list[tuple[Any, ...]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             with conn.transaction():  # a savepoint inside a batch: a failure here spoils nothing else
                 conn.execute("DELETE FROM optictx_pages WHERE memory = %s AND key <> %s", (self._id, key))
                 return conn.execute("SELECT idx, body FROM optictx_pages WHERE memory = %s AND key = %s ORDER BY idx",
                                     (self._id, key)).fetchall()
 
-        try:
-            return intact_pages(self._retrying("read pages", work))
-        except StoreError:
-            return []  # derived data: the caller re-packs from the turns
+        return self._retrying("read pages", work)  # type: ignore[no-any-return]
 
-    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
-        rows = [(self._id, key, first + n, seal(b)) for n, b in enumerate(bodies)]
-
+    def _put_pages(self, key: str, rows: list[tuple[int, str]]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany("INSERT INTO optictx_pages (memory, key, idx, body) VALUES (%s, %s, %s, %s) "
-                                "ON CONFLICT DO NOTHING", rows)
+                                "ON CONFLICT DO NOTHING", [(self._id, key, idx, body) for idx, body in rows])
 
-        with contextlib.suppress(StoreError):  # a cache write: the pages are re-packed on the next open
-            self._retrying("store pages", work)
+        self._retrying("store pages", work)
 
-    def load_floors(self, gate: str) -> dict[str, str]:
+    def _floor_rows(self, gate: str) -> list[tuple[Any, ...]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             with conn.transaction():  # a savepoint inside a batch: no table yet spoils nothing else
                 return conn.execute("SELECT page, body FROM optictx_floors WHERE memory = %s AND gate = %s",
                                     (self._id, gate)).fetchall()
 
-        try:
-            return intact_floors(self._retrying("read floors", work))
-        except StoreError:
-            return {}  # derived data: the gate reads the pages again
+        return self._retrying("read floors", work)  # type: ignore[no-any-return]
 
-    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
-        rows = [(self._id, gate, page, seal(body)) for page, body in floors.items()]
-
+    def _put_floors(self, gate: str, rows: list[tuple[str, str]]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 if self._conninfo not in FLOORS_MADE:  # once per process and database
                     cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                     cur.execute(FLOORS_TABLE)
                 cur.executemany("INSERT INTO optictx_floors (memory, gate, page, body) VALUES (%s, %s, %s, %s) "
-                                "ON CONFLICT (memory, gate, page) DO UPDATE SET body = excluded.body", rows)
+                                "ON CONFLICT (memory, gate, page) DO UPDATE SET body = excluded.body",
+                                [(self._id, gate, page, body) for page, body in rows])
 
         try:
             self._retrying("store floors", work)
-        except StoreError:  # a cache write: the pages are read again on the next open
+        except StoreError:
             FLOORS_MADE.discard(self._conninfo)  # perhaps no table (a batch rolled it back): make it again
-        else:
-            FLOORS_MADE.add(self._conninfo)
+            raise
+        FLOORS_MADE.add(self._conninfo)
 
     def close(self) -> None:
         with self._lock:

@@ -1,4 +1,4 @@
-"""Stores keep every turn verbatim, forever: in memory, or in a SQLite file (WAL, durable adds).
+"""A memory in a SQLite file (WAL, durable adds).
 
 Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test_durability.py`):
 - A turn is durable when `append` returns: its transaction is committed and, with
@@ -23,19 +23,18 @@ Guarantees of `SQLiteStore` (tested by killing writers with SIGKILL, `tests/test
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .errors import StoreError
-from .rowcodec import decode_meta, decode_turns, dump_turn, gap_free, intact_floors, intact_pages, load_turn, seal
-from .turns import Turn
+from ..errors import StoreError
+from ..turns import Turn
+from .base import Derived
+from .rowcodec import decode_turns, dump_turn, gap_free, load_turn, seal
 
 SCHEMA_VERSION = 3
 _APP_ID = 0x6F707478  # "optx": marks the file as an optictx memory
@@ -56,111 +55,22 @@ _FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS floors (gate TEXT NOT NULL, page TE
                  "PRIMARY KEY (gate, page))")
 
 
-class Store(Protocol):
-    """Append-only turn storage with ids 0, 1, 2, ... and a cache of derived pages."""
-
-    def append(self, turn: Turn) -> Turn:
-        """Store `turn` under the next id and return it with that id."""
-        ...
-
-    def since(self, after: int) -> list[Turn]:
-        """Turns with an id above `after`, in order (`since(-1)`: all of them)."""
-        ...
-
-    def get(self, ids: Iterable[int]) -> dict[int, Turn]: ...
-
-    def get_meta(self) -> dict[str, Any] | None: ...
-
-    def set_meta(self, meta: dict[str, Any]) -> None: ...
-
-    def load_pages(self, key: str) -> list[str]:
-        """The stored page bodies for `key`, in page order; pages under other keys are discarded."""
-        ...
-
-    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None: ...
-
-    def load_floors(self, gate: str) -> dict[str, str]:
-        """The legibility gate's stored findings for gate `gate`: page digest -> body (gate.py)."""
-        ...
-
-    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None: ...
-
-    def batch(self) -> AbstractContextManager[None]:
-        """Group appends: durable together at the end, all rolled back on an exception."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class MemoryStore:
-    """The default: a list in this process."""
-
-    def __init__(self) -> None:
-        self._turns: list[Turn] = []
-        self._meta: dict[str, Any] | None = None
-        self._lock = threading.RLock()
-
-    def append(self, turn: Turn) -> Turn:
-        with self._lock:
-            stored = turn.model_copy(update={"id": len(self._turns)})
-            self._turns.append(stored)
-            return stored
-
-    def since(self, after: int) -> list[Turn]:
-        return self._turns[after + 1 :]
-
-    def get(self, ids: Iterable[int]) -> dict[int, Turn]:
-        return {i: self._turns[i] for i in ids}
-
-    def get_meta(self) -> dict[str, Any] | None:
-        return self._meta
-
-    def set_meta(self, meta: dict[str, Any]) -> None:
-        self._meta = dict(meta)
-
-    def load_pages(self, key: str) -> list[str]:
-        return []  # pages live in the Memory itself; nothing outlives the process
-
-    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
-        pass
-
-    def load_floors(self, gate: str) -> dict[str, str]:
-        return {}  # the gate itself holds what it read
-
-    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
-        pass
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        with self._lock:
-            mark = len(self._turns)
-            try:
-                yield
-            except BaseException:
-                del self._turns[mark:]
-                raise
-
-    def close(self) -> None:
-        pass
-
-
 def private_file(path: Path) -> None:
     """Create `path` readable and writable by its owner only (0600), unless it exists."""
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-class SQLiteStore:
+class SQLiteStore(Derived):
     """Turns as JSON rows in SQLite (WAL). Safe to share between threads; one per process.
 
     `create=False` refuses to start a new memory: the file must already be one.
     """
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
-        self.path = Path(path)
+        self.path = self.where = Path(path)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of batch()
-        self._meta: dict[str, Any] | None = None  # the settings last read or written (a reopen reads once)
         if not create and not self.path.is_file():
             raise StoreError(f"{self.path}: no such memory file")
         size = self.path.stat().st_size if self.path.is_file() else None
@@ -281,77 +191,53 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: corrupt turn data ({type(exc).__name__}: {exc})"[:500]) from None
         return decode_turns(rows, self.path)
 
-    def get_meta(self) -> dict[str, Any] | None:
+    # -- the rows under `Derived`: settings, pages, floors -------------------------------------
+
+    def _meta_row(self) -> Any:
         try:
             with self._lock:
                 row = self._db.execute("SELECT value FROM meta WHERE key='memory'").fetchone()
-            meta = decode_meta(row[0]) if row else None
-        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError, StoreError) as exc:
+        except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
-        self._meta = copy.deepcopy(meta)  # the caller may change its copy before writing it back
-        return meta
+        return row[0] if row else None
 
-    def set_meta(self, meta: dict[str, Any]) -> None:
-        try:
-            if (self._meta if self._meta is not None else self.get_meta()) == meta:
-                return  # nothing to write: a memory on a full (or read-only) disk still opens
-        except StoreError:
-            pass  # damaged settings are replaced by the ones given
+    def _put_meta(self, body: str) -> None:
         try:
             with self._write():
-                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)",
-                                 (seal(json.dumps(meta)),))
+                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('memory', ?)", (body,))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store settings ({exc})") from exc
-        self._meta = copy.deepcopy(meta)
 
-    def load_pages(self, key: str) -> list[str]:
-        try:
-            with self._write():
-                self._db.execute("DELETE FROM pages WHERE key != ?", (key,))  # other settings: stale
-                rows = self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
-        except (sqlite3.DatabaseError, ValueError):
-            return []  # derived data: the caller re-packs from the turns
-        return intact_pages(rows)
+    def _page_rows(self, key: str) -> list[tuple[Any, ...]]:
+        with self._cache("read pages"), self._write():
+            self._db.execute("DELETE FROM pages WHERE key != ?", (key,))  # other settings: stale
+            return self._db.execute("SELECT idx, body FROM pages WHERE key = ? ORDER BY idx", (key,)).fetchall()
 
-    def save_pages(self, key: str, first: int, bodies: Iterable[str]) -> None:
-        try:
-            with self._write():
-                self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",
-                                     [(key, first + n, seal(b)) for n, b in enumerate(bodies)])
-        except sqlite3.OperationalError:
-            pass  # a cache write (read-only file, lock timeout): the pages are re-packed on next open
+    def _put_pages(self, key: str, rows: list[tuple[int, str]]) -> None:
+        with self._cache("store pages"), self._write():
+            self._db.executemany("INSERT OR IGNORE INTO pages (key, idx, body) VALUES (?, ?, ?)",
+                                 [(key, idx, body) for idx, body in rows])
 
-    def load_floors(self, gate: str) -> dict[str, str]:
-        try:
-            with self._lock:
-                rows = self._db.execute("SELECT page, body FROM floors WHERE gate = ?", (gate,)).fetchall()
-        except (sqlite3.DatabaseError, ValueError):  # no table yet (or damaged): read the pages again
-            return {}
-        return intact_floors(rows)
+    def _floor_rows(self, gate: str) -> list[tuple[Any, ...]]:
+        with self._cache("read floors"), self._lock:
+            return self._db.execute("SELECT page, body FROM floors WHERE gate = ?", (gate,)).fetchall()
 
-    def save_floors(self, gate: str, floors: Mapping[str, str]) -> None:
+    def _put_floors(self, gate: str, rows: list[tuple[str, str]]) -> None:
+        with self._cache("store floors"), self._write():
+            self._db.execute(_FLOORS_TABLE)
+            self._db.executemany("INSERT OR REPLACE INTO floors (gate, page, body) VALUES (?, ?, ?)",
+                                 [(gate, page, body) for page, body in rows])
+
+    @contextmanager
+    def _cache(self, what: str) -> Iterator[None]:
+        """Derived rows' failures (no table yet, a lock timeout, a read-only file, bytes that are
+        not text) as StoreErrors, which `Derived` forgives."""
         try:
-            with self._write():
-                self._db.execute(_FLOORS_TABLE)
-                self._db.executemany("INSERT OR REPLACE INTO floors (gate, page, body) VALUES (?, ?, ?)",
-                                     [(gate, page, seal(body)) for page, body in floors.items()])
-        except sqlite3.OperationalError:
-            pass  # a cache write (read-only file, lock timeout): the pages are read again on next open
+            yield
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise StoreError(f"{self.path}: could not {what} ({exc})") from None
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-
-def is_postgres(spec: object) -> bool:
-    return isinstance(spec, str) and spec.startswith(("postgresql://", "postgres://"))
-
-
-def open_store(spec: str | Path, *, create: bool = True) -> Store:
-    """The store at `spec`: a PostgreSQL URL (`postgresql://...`, see pgstore.py) or a SQLite file path."""
-    if is_postgres(spec):
-        from .pgstore import PostgresStore  # psycopg is an extra: optictx[postgres]
-
-        return PostgresStore(spec, create=create)
-    return SQLiteStore(spec, create=create)
