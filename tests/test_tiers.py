@@ -46,6 +46,9 @@ def test_wheel_carries_fonts_and_subpackages(tmp_path):
                    "optictx/renderers/fonts/LICENSE-DejaVu.txt", "optictx/models/__init__.py"):
         assert needed in names
     assert not any(n.startswith(("renderers/", "models/")) for n in names)  # no generic top-level packages
+    # Every package of the source tree ships (a new one left off pyproject's list would not).
+    inits = [init.relative_to(root) for init in root.glob("optictx/**/__init__.py")]
+    assert inits and all(str(init) in names for init in inits)
 
 
 def test_render_settings_change_the_pixels_and_round_trip_through_json(tmp_path):
