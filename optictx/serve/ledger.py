@@ -8,19 +8,18 @@ hold the whole conversation anyway)."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..store import is_postgres, private_file
+from ..store.sql import PostgresTables, SQLiteTables
 
-# One schema for both engines: {p} prefixes the tables (in PostgreSQL they share a database with
-# the memories), and the few types the two spell differently are filled in. Statements use `?`.
+# One schema for both databases, in the spelling of store/sql.py: {p} prefixes the tables, {real},
+# {blob}, {serial} are each database's types, statements use `?`.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {p}conversations (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT, created {real} NOT NULL);
@@ -43,8 +42,6 @@ _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "bille
                        "passthrough_usd {real}", "billed_usd {real}", "usage TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
-_SQLITE = {"p": "", "real": "REAL", "blob": "BLOB", "serial": "INTEGER"}
-_POSTGRES = {"p": "optictx_serve_", "real": "DOUBLE PRECISION", "blob": "BYTEA", "serial": "BIGSERIAL"}
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
 
 
@@ -73,71 +70,6 @@ class Sent:
     usage: str | None = None  # the upstream's usage, as JSON (meter.Usage)
 
 
-class _SQLite:
-    def __init__(self, path: str) -> None:
-        self.where = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        self._db.executescript(_SCHEMA.format(**_SQLITE))
-        for table, added in _ADDED.items():
-            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            for column in added:
-                if column.split()[0] not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column.format(**_SQLITE)}")
-
-    def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql.format(**_SQLITE), tuple(args)).fetchall()
-
-    def many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany(sql.format(**_SQLITE), rows)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-
-class _Postgres:
-    """The ledger's tables in the memories' database, on the memories' shared connection pool."""
-
-    def __init__(self, url: str) -> None:
-        from ..store import pgdb
-
-        self._pg, self._url, self.where = pgdb, url, pgdb.where(url)
-        self._pool = pgdb.pool(url)
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            for statement in _SCHEMA.format(**_POSTGRES).split(";"):
-                conn.execute(statement)
-            for table, added in _ADDED.items():
-                for column in added:
-                    conn.execute(f"ALTER TABLE optictx_serve_{table} ADD COLUMN IF NOT EXISTS "
-                                 + column.format(**_POSTGRES))
-
-    def _retried(self, work: Callable[[Any], Any], idempotent: bool) -> Any:
-        # A dropped connection is tried again, unless that could count a row twice.
-        return self._pg.retrying(self._pool, work, attempts=3 if idempotent else 1)
-
-    def run(self, sql: str, args: Sequence[Any], idempotent: bool) -> list[tuple[Any, ...]]:
-        def work(conn: Any) -> list[tuple[Any, ...]]:
-            cur = conn.execute(sql.format(**_POSTGRES).replace("?", "%s"), tuple(args))
-            return cur.fetchall() if cur.description else []
-
-        return self._retried(work, idempotent)
-
-    def many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        def work(conn: Any) -> None:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany(sql.format(**_POSTGRES).replace("?", "%s"), rows)
-
-        self._retried(work, True)
-
-    def close(self) -> None:
-        self._pg.release(self._url)
-
-
 _CHUNK = 500  # digests per lookup: under every SQLite build's limit of bound parameters
 
 
@@ -152,13 +84,13 @@ class Ledger:
     def __init__(self, store: Path | str | None) -> None:
         try:
             if is_postgres(store):
-                self._db: _SQLite | _Postgres = _Postgres(str(store))
+                self._db: SQLiteTables | PostgresTables = PostgresTables(str(store), _SCHEMA, _ADDED, _SCHEMA_LOCK)
             else:
                 path = ":memory:" if store is None else str(Path(store) / "optictx-serve.db")
                 if store is not None:
                     Path(store).mkdir(parents=True, exist_ok=True, mode=0o700)
                     private_file(Path(path))
-                self._db = _SQLite(path)
+                self._db = SQLiteTables(path, _SCHEMA, _ADDED)
         except StoreError:
             raise
         except Exception as exc:  # OSError, sqlite3.Error, psycopg.Error

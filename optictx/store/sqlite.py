@@ -55,6 +55,18 @@ _FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS floors (gate TEXT NOT NULL, page TE
                  "PRIMARY KEY (gate, page))")
 
 
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection as optictx opens every SQLite file: shared by threads, transactions begun
+    explicitly, waiting for another process's write up to `_BUSY_TIMEOUT_S`."""
+    return sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+
+
+def durable(db: sqlite3.Connection) -> None:
+    """Write-ahead log, fsynced at each commit: a commit survives the process being killed."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+
+
 def private_file(path: Path) -> None:
     """Create `path` readable and writable by its owner only (0600), unless it exists."""
     with contextlib.suppress(FileExistsError):
@@ -81,13 +93,11 @@ class SQLiteStore(Derived):
         if size is None:
             private_file(self.path)  # a memory holds a conversation: its owner's to read (WAL files follow)
         try:
-            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False,
-                                       isolation_level=None)
+            self._db = connect(self.path)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open ({exc})") from exc
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            durable(self._db)
             self._init_schema(create)
         except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
             self._db.close()
