@@ -7,7 +7,8 @@ bodies side by side:
     python benchmarks/fit_latency.py replay BODIES/*.bodies.jsonl         # any optictx on the path
     PYTHONPATH=OLD_CHECKOUT python benchmarks/fit_latency.py replay BODIES/*.bodies.jsonl
 
-One proxy per session, at its defaults, Anthropic's API; prints the median, p90, max and mean
+One proxy per session, at its defaults, Anthropic's API (`--api openai`: Chat Completions, the
+same sessions as an OpenAI client sends them; give it to both steps); prints the median, p90, max and mean
 CPU milliseconds of the request's own thread. What the proxy draws in the background while the
 upstream answers (`serve/drawahead.py`) is let finish between requests, as the upstream's
 seconds would, and is not the request's time.
@@ -22,30 +23,35 @@ import time
 from pathlib import Path
 
 
-def dump(sessions: list[str], out: Path) -> None:
-    from optictx.eval.bill import anthropic_body, load_session
+def dump(sessions: list[str], out: Path, api: str) -> None:
+    from optictx.eval.bill import anthropic_body, load_session, openai_body
+
+    body, model = (anthropic_body, "claude-sonnet-4-5") if api == "anthropic" else (openai_body, "gpt-4o")
 
     out.mkdir(parents=True, exist_ok=True)
     for path in sessions:
         session = load_session(path)
         with (out / f"{session.name}.bodies.jsonl").open("w") as f:
             for k in range(len(session.calls)):
-                f.write(json.dumps(anthropic_body(session, k, "claude-sonnet-4-5")) + "\n")
+                f.write(json.dumps(body(session, k, model)) + "\n")
         print(session.name, len(session.calls), "requests")
 
 
-def replay(bodies: list[str]) -> dict[str, float]:
+def replay(bodies: list[str], api: str) -> dict[str, float]:
     from optictx.serve import ServeConfig
     from optictx.serve.anthropic_api import ANTHROPIC
+    from optictx.serve.openai_api import OPENAI
     from optictx.serve.proxy import Proxy
+
+    dialect = ANTHROPIC if api == "anthropic" else OPENAI
 
     times = []
     for path in bodies:
-        proxy = Proxy(ServeConfig(anthropic_upstream="http://127.0.0.1:9"))  # nothing is sent
+        proxy = Proxy(ServeConfig(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9"))
         for line in Path(path).read_text().splitlines():
             raw = line.encode()
             t0 = time.thread_time()
-            proxy.fit(ANTHROPIC, ANTHROPIC.parse(json.loads(raw), raw), {"x-api-key": "key-a"})
+            proxy.fit(dialect, dialect.parse(json.loads(raw), raw), {"x-api-key": "key-a"})  # nothing is sent
             times.append(time.thread_time() - t0)
             if hasattr(proxy, "drawahead"):  # what it does while the upstream answers, not timed
                 proxy.drawahead.wait()
@@ -64,11 +70,12 @@ def main() -> None:
     ap.add_argument("step", choices=["dump", "replay"])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", type=Path, default=Path("out/fit_latency"))
+    ap.add_argument("--api", choices=["anthropic", "openai"], default="anthropic")
     args = ap.parse_args()
     if args.step == "dump":
-        dump(args.files, args.out)
+        dump(args.files, args.out, args.api)
     else:
-        print(json.dumps(replay(args.files)))
+        print(json.dumps(replay(args.files, args.api)))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
 def _data_url(page: PageSegment) -> str:
-    return f"data:image/png;base64,{page.png_base64()}"
+    return f"data:image/png;base64,{page.png_base64()}"  # serve/body.py splices these back by this prefix
 
 
 def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:

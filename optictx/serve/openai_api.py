@@ -9,6 +9,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
 from ..turns import Turn, to_turn
+from .body import DATA_URL, dumps, page_strings
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 
 
@@ -39,7 +40,7 @@ class OpenAIChat:
 
         messages = to_openai(ctx, original) or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
-        return json.dumps({**parsed.body, "messages": messages}).encode()  # ASCII: encodes faster
+        return dumps({**parsed.body, "messages": messages}, "messages", page_strings(ctx), DATA_URL)
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}

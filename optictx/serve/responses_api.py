@@ -21,6 +21,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_responses
 from ..turns import Turn, to_turn
+from .body import DATA_URL, dumps, page_strings
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 from .openai_api import OpenAIChat
 
@@ -136,7 +137,7 @@ class OpenAIResponses:
 
         items = to_responses(ctx, original) or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
-        return json.dumps({**parsed.body, "input": items}).encode()
+        return dumps({**parsed.body, "input": items}, "input", page_strings(ctx), DATA_URL)
 
     error = OpenAIChat.error  # the same error body as Chat Completions
 
