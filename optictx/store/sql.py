@@ -17,6 +17,9 @@ from typing import Any
 from .sqlite import connect, durable
 
 _SQLITE = {"p": "", "real": "REAL", "blob": "BLOB", "serial": "INTEGER"}
+# How long a statement waits for another process's write: records are written on a request's
+# way (the proxy's ledger, after the answer), so a few seconds, never the memories' minute.
+_WAIT_S = 5.0
 _POSTGRES = {"p": "optictx_serve_", "real": "DOUBLE PRECISION", "blob": "BYTEA", "serial": "BIGSERIAL"}
 
 
@@ -25,7 +28,7 @@ class SQLiteTables:
 
     def __init__(self, path: str, schema: str, added: Mapping[str, Sequence[str]]) -> None:
         self.where = path
-        self._db = connect(path)
+        self._db = connect(path, _WAIT_S)
         durable(self._db)
         self._lock = threading.Lock()
         self._db.executescript(schema.format(**_SQLITE))

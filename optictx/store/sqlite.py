@@ -55,10 +55,10 @@ _FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS floors (gate TEXT NOT NULL, page TE
                  "PRIMARY KEY (gate, page))")
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
+def connect(path: str | Path, wait: float = _BUSY_TIMEOUT_S) -> sqlite3.Connection:
     """A connection as optictx opens every SQLite file: shared by threads, transactions begun
-    explicitly, waiting for another process's write up to `_BUSY_TIMEOUT_S`."""
-    return sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+    explicitly, waiting for another process's write up to `wait` seconds."""
+    return sqlite3.connect(path, timeout=wait, check_same_thread=False, isolation_level=None)
 
 
 def durable(db: sqlite3.Connection) -> None:
