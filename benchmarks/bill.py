@@ -1,9 +1,10 @@
 """The bill, side by side: every request of every recorded session, sent as it came, through
 optictx at its defaults (the proxy's own path, `optictx bill`), and through pxpipe where it is
-set up, each priced by the provider's prompt-cache rules (requests 60 s apart).
+set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `--gap-seconds
+60,60,60,900`: those gaps in turn, a pause every fourth request; pxpipe's rows stay 60 s apart).
 
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
-        [--pxpipe DIR] [--jobs 2] [--budget N]
+        [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60]
 
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
@@ -27,10 +28,10 @@ from optictx.eval.bill import MODELS, anthropic_blocks, anthropic_body, load_ses
 from optictx.promptcache import PromptCache, Request
 
 
-def _ours(job: tuple[str, str, int | None]) -> dict[str, Any]:
-    path, provider, budget = job
+def _ours(job: tuple[str, str, int | None, tuple[float, ...]]) -> dict[str, Any]:
+    path, provider, budget, gaps = job
     t0 = time.perf_counter()
-    bill = replay(load_session(path), provider, budget=budget)
+    bill = replay(load_session(path), provider, budget=budget, gap=gaps)
     s = bill.summary()
     return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
         1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
@@ -70,6 +71,7 @@ def main() -> None:
     ap.add_argument("--providers", nargs="+", default=["anthropic", "openai:gpt-4o", "openai:gpt-4.1", "openai:gpt-5"])
     ap.add_argument("--pxpipe", help="a pxpipe laid out by its setup.sh (Anthropic rules only)")
     ap.add_argument("--budget", type=int)
+    ap.add_argument("--gap-seconds", default="60", help="seconds between requests; a list (60,60,900) in turn")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every session's figures here")
     args = ap.parse_args()
@@ -78,7 +80,8 @@ def main() -> None:
         for corpus in args.corpora:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
-                rows = pool.map(_ours, [(f, provider, args.budget) for f in files])
+                gaps = tuple(float(g) for g in args.gap_seconds.split(","))
+                rows = pool.map(_ours, [(f, provider, args.budget, gaps) for f in files])
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
             if args.pxpipe:

@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     bill.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
                       help="cost model; auto: by the provider's model (default)")
     bill.add_argument("--budget", type=int, help="X-Optictx-Budget on every request (default: the proxy's)")
-    bill.add_argument("--gap-seconds", type=float, default=60.0, help="seconds between requests (default 60)")
+    bill.add_argument("--gap-seconds", type=_gaps, default=(60.0,),
+                      help="seconds between requests (default 60); a list (60,60,60,900) is taken in turn")
     bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
     bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
     bill.set_defaults(func=cmd_bill)
@@ -295,6 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     train.set_defaults(func=cmd_train_reader)
     return p
+
+
+def _gaps(text: str) -> tuple[float, ...]:
+    try:
+        gaps = tuple(float(g) for g in text.split(","))
+    except ValueError:
+        gaps = ()
+    if not gaps or not all(0 <= g < 1e9 for g in gaps):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"seconds, or seconds,seconds,...: got {text[:40]!r}")
+    return gaps
 
 
 def cmd_bill(args: argparse.Namespace) -> int:

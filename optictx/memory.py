@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -199,22 +200,22 @@ class Memory:
             return [*self._resident.packer.sealed, *self._resident.packer.preview()]
 
     def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None,
-                commit: bool = True) -> Context:
+                commit: bool = True, at: float | None = None) -> Context:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big.
 
         With `Policy.cache` (the default) it is the last context for this budget and vision with
         the new turns appended, unless a compaction is forced or pays (`Context.event` says
-        which). `commit=False` plans as this call would without recording it (a dry run)."""
+        which); after the provider's cache entries expired, one that makes the prompt smaller
+        always pays. `at`: the call's time (seconds since the epoch; default now). `commit=False`
+        plans as this call would without recording it (a dry run)."""
         with self._lock:
             self._sync()
-            return self._context(budget, vision, commit)
-
-    def _context(self, budget: Budget | int | None, vision: str | CostModel | None, commit: bool = True) -> Context:
-        budget = self.budget if budget is None else as_budget(budget)
-        cost = self.vision if vision is None else get_cost_model(vision)
-        fixed = {t.id for t in (*self._resident.index.system, *self._resident.index.pinned)}
-        snapshot = partial(self._resident.snapshot, self.policy)
-        return self._resident.planning.context(snapshot, budget, cost, self.policy, fixed, commit)  # type: ignore[arg-type]
+            budget = self.budget if budget is None else as_budget(budget)
+            cost = self.vision if vision is None else get_cost_model(vision)
+            fixed = {t.id for t in (*self._resident.index.system, *self._resident.index.pinned)}
+            snapshot = partial(self._resident.snapshot, self.policy)
+            return self._resident.planning.context(snapshot, budget, cost, self.policy, fixed, commit,  # type: ignore[arg-type]
+                                                   time.time() if at is None else at)
 
     def legibility(self) -> list[dict[str, Any]]:
         """Per sealed page, what the legibility gate found (reading the pages it has not read

@@ -50,10 +50,11 @@ class Planning:
         return tuple(self._last_tiers.get((budget.limit, cost.name)) or ())
 
     def context(self, snapshot: Snapshotter, budget: Budget, cost: CostModel, policy: Policy, fixed: set[int],
-                commit: bool) -> Context:
-        """This call's context: appended to the last one (`Policy.cache`), or planned afresh."""
+                commit: bool, at: float) -> Context:
+        """This call's context: appended to the last one (`Policy.cache`), or planned afresh.
+        `at`: the call's time (the provider's cache may have gone cold since the last one)."""
         if policy.cache:
-            return self._appended(snapshot, budget, cost, policy, fixed, commit)
+            return self._appended(snapshot, budget, cost, policy, fixed, commit, at)
         snap = snapshot(budget, cost, None)
         fitted = plan(snap, budget, cost, policy)
         if policy.sticky:
@@ -61,7 +62,7 @@ class Planning:
         return assemble(snap, fitted, budget, cost, self._images)
 
     def _appended(self, snapshot: Snapshotter, budget: Budget, cost: CostModel, policy: Policy, fixed: set[int],
-                  commit: bool) -> Context:
+                  commit: bool, at: float) -> Context:
         key = state_key(budget, cost, policy)
 
         def tail(upto: int) -> Snapshot:
@@ -71,7 +72,7 @@ class Planning:
             return assemble(snap, fitted, budget, cost, self._images)
 
         ctx, state, _ = next_plan(self._plans.get(key), lambda: snapshot(budget, cost, None), tail, build,
-                                  budget, cost, policy)
+                                  budget, cost, policy, at)
         if commit:
             if policy.sticky:  # what a compaction may not sharpen (plan.never_sharper)
                 tiers = {s.page.index: s.tier for s in ctx.pages} | {p.index: Tier.GONE for p in ctx.gone}

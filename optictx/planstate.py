@@ -42,13 +42,14 @@ class Frozen:
     front: int = 0  # pieces of the frozen front (system, pinned, caption, pages, factsheet)
     front_key: str = ""  # a digest of their keys
     tried: int = -1  # sealed pages when a compaction was last weighed
+    at: float = 0.0  # when the last call was made (seconds; 0: not known): the cache may have expired since
 
     def to_json(self) -> str:
         body = {"pages": [[d, t.value] for d, t in self.pages], "factsheet": [list(f) for f in self.factsheet],
                 "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
                 "sent": self.sent, "pieces": self.pieces, "compactions": self.compactions, "base": self.base,
                 "since": self.since, "front": self.front, "front_key": self.front_key,
-                "tried": self.tried}
+                "tried": self.tried, "at": self.at}
         return json.dumps(body, ensure_ascii=True)
 
     @classmethod
@@ -60,7 +61,7 @@ class Frozen:
                        tuple((int(p), str(s)) for p, s in b["factsheet"]), int(b["upto"]),
                        tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
                        int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
-                       str(b["front_key"]), int(b["tried"]))
+                       str(b["front_key"]), int(b["tried"]), float(b.get("at", 0.0)))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -12,7 +12,10 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
 - paid: what it saves on every later prompt, read from the cache at the provider's price over
   the calls still to come (estimated as `Policy.horizon` times the calls so far, or
   `Policy.first_horizon` times them for the first compaction), exceeds
-  `Policy.margin` times what writing the changed part again costs now beyond appending.
+  `Policy.margin` times what writing the changed part again costs now beyond appending. On a
+  cold cache (the provider's entries expired since the last call: `CachePricing.ttl`) appending
+  writes the whole prompt too, so a compaction that makes it smaller costs nothing more: it is
+  no bet, and is weighed whether or not a page sealed since the last one was.
 
 A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
 pages are frozen at their tiers, every turn after them goes as itself, never as drawn lines.
@@ -50,11 +53,13 @@ Build = Callable[[Snapshot, Plan], Context]
 
 
 def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budget: Budget, cost: CostModel,
-              policy: Policy) -> tuple[Context, Frozen, Event]:
+              policy: Policy, now: float = 0.0) -> tuple[Context, Frozen, Event]:
     """This call's context and the state after it: the last prompt with the new turns appended,
-    unless a compaction is forced or pays (module docstring). Raises BudgetError when even the
-    system and pinned turns do not fit."""
+    unless a compaction is forced or pays (module docstring). `now`: the call's time in seconds
+    (0: not known, the cache taken as warm). Raises BudgetError when even the system and pinned
+    turns do not fit."""
     pricing = get_cache_pricing(policy.pricing) if policy.pricing is not None else pricing_for(cost.name)
+    cold = state is not None and state.at > 0 and now - state.at > pricing.ttl
     base = snap()
     compacting = for_compaction(policy, pricing)
     ceiling = base.original_tokens(cost) if policy.verbatim else None  # what the conversation costs as it came
@@ -63,26 +68,27 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
     if append is not None and state is not None:
         ctx, frozen = append
         if frozen.fixed != state.fixed:  # a new system or pinned turn: the front moves anyway
-            return _done(append, state, state.compactions + 1, "forced")
+            return _done(append, state, state.compactions + 1, "forced", now)
         sealed = len(base.pack.sealed)
-        # A compaction can only pay for pages that sealed since it was last weighed, and never
-        # where the cache reads for free (a local prefill): most calls skip weighing one.
-        if pricing.read > 0 and sealed != state.tried:
+        # A compaction can only pay for pages that sealed since it was last weighed (unless the
+        # cache went cold), and never where the cache reads for free (a local prefill): most
+        # calls skip weighing one.
+        if pricing.read > 0 and (sealed != state.tried or cold):
             cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
             ext = _extended(state, cand[1], tail, build, budget, cost, policy, ceiling) if cand else None
-            scored = [(_gain(pricing, policy, state, ctx, c[0], budget.limit), c) for c in (cand, ext) if c]
+            scored = [(_gain(pricing, policy, state, ctx, c[0], budget.limit, cold), c) for c in (cand, ext) if c]
             gain, best = max(scored, key=lambda s: s[0], default=(0.0, None))
             if best is not None and gain > 0:
-                return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid")
+                return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid", now)
         kept = replace(frozen, base=state.base, since=state.since, tried=sealed)
-        return _done((ctx, kept), state, state.compactions, "append")
+        return _done((ctx, kept), state, state.compactions, "append", now)
     if append is not None:  # the first call, and the conversation fits as it came
-        return _done(append, None, 0, "verbatim")
+        return _done(append, None, 0, "verbatim", now)
     first = state is None
     cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=first)
     if cand is None:  # not even a compaction fits its own cut: plan as before, nothing frozen
         cand = build(base, plan(base, budget, cost, policy)), Frozen(upto=-1)
-    return _done(cand, state, (state.compactions + 1) if state else 1, "first" if first else "forced")
+    return _done(cand, state, (state.compactions + 1) if state else 1, "first" if first else "forced", now)
 
 
 def for_compaction(policy: Policy, pricing: CachePricing) -> Policy:
@@ -97,7 +103,7 @@ def for_compaction(policy: Policy, pricing: CachePricing) -> Policy:
                    ladder=replace(ladder, steps=(), hold=1) if flat else ladder)  # type: ignore[type-var]
 
 
-def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, event: Event
+def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, event: Event, now: float
           ) -> tuple[Context, Frozen, Event]:
     """The context marked with its event and breakpoints, and the state after it."""
     ctx, frozen = made
@@ -113,7 +119,7 @@ def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, ev
         marks.add(old.front)  # the last front is still a prefix: a breakpoint there reads it back
     state = replace(frozen, calls=(old.calls if old else 0) + 1, sent=ctx.tokens, pieces=len(keys),
                     compactions=compactions, base=ctx.tokens if fresh else frozen.base,
-                    since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]))
+                    since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]), at=now)
     return ctx.marked(event, tuple(sorted(m for m in marks if m > 0))), state, event
 
 
@@ -121,17 +127,19 @@ def _digest(keys: Sequence[str]) -> str:
     return hashlib.sha256("\0".join(keys).encode()).hexdigest()[:24]
 
 
-def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int) -> float:
+def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int,
+          cold: bool = False) -> float:
     """What compacting to `cand` now saves over appending, over the calls to come, less what it
-    costs more now (in base-input tokens); at most 0 when it saves nothing per call.
+    costs more now (in base-input tokens); at most 0 when it saves nothing per call. On a `cold`
+    cache nothing is read back this call, whichever is sent.
 
     The calls to come are `policy.horizon` times the calls so far (`policy.first_horizon` before
     the first compaction: that one images everything so far, and until it happens nothing else
     saves), but no more than the calls until appending reaches the budget (at the growth per call
     since the last compaction): a compaction is forced there anyway, and what this one saves ends
     with it."""
-    kept = min(state.pieces, len(append.pieces))
-    cost_append = pricing.call(append.tokens, min(state.sent, append.tokens))
+    kept = 0 if cold else min(state.pieces, len(append.pieces))
+    cost_append = pricing.call(append.tokens, 0 if cold else min(state.sent, append.tokens))
     cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
     ahead = (policy.horizon if state.compactions else policy.first_horizon) * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)

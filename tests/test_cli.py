@@ -84,3 +84,26 @@ def test_bill_prices_a_recorded_session_both_ways(tmp_path, capsys):
     assert all(t["ratio"] < 1.0 and t["sessions_above_1"] == 0 for t in totals)
     assert all(s["optictx_tokens"] < s["passthrough_tokens"] for s in sessions)
     assert main(["bill", str(tmp_path / "none")]) == 2
+
+
+def test_bill_with_pauses_prices_a_cold_cache_and_compacts_on_it(tmp_path, capsys):
+    """`--gap-seconds 60,60,60,900`: a pause every fourth request. After a pause the cache is
+    cold both ways; the plan compacts there (it writes the whole prompt anyway), so pauses cost
+    pass-through more than they cost optictx."""
+    import pytest
+
+    pytest.importorskip("starlette", reason="optictx bill replays through the proxy (the serve extra)")
+    f = tmp_path / "session.jsonl"
+    write_jsonl(f, sample_conversation())
+    runs = []
+    for gaps in ("60", "60,60,60,900"):
+        assert main(["bill", str(f), "--json", "--requests", "--gap-seconds", gaps]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        runs.append((next(x for x in lines if "rows" in x), next(x for x in lines if "sessions" in x)))
+    (_, steady), (paused_rows, paused) = runs
+    assert paused["passthrough_cost"] > steady["passthrough_cost"]  # pauses write the cache again
+    assert paused["ratio"] < steady["ratio"]
+    after_pause = [r["event"] for r in paused_rows["rows"] if r["request"] % 4 == 3]
+    assert "paid" in after_pause
+    with pytest.raises(SystemExit):  # argparse's usage error, exit 2
+        main(["bill", str(f), "--gap-seconds", "60,soon"])

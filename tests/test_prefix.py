@@ -111,17 +111,43 @@ def test_compactions_are_rare_and_leave_headroom(sample):
     assert ctx.tokens <= 6000
 
 
-def _price(contexts, pricing):
-    """The contexts' prompts priced one after another, a block per piece, with a breakpoint at
-    each of the context's breakpoints (as the exporters mark them)."""
+def _price(contexts, pricing, times=None):
+    """The contexts' prompts priced one after another (60 s apart, or at `times`), a block per
+    piece, with a breakpoint at each of the context's breakpoints (as the exporters mark them)."""
     cache = PromptCache(pricing)
     total = 0.0
-    for at, ctx in enumerate(contexts):
+    for at, ctx in zip(times or [k * 60.0 for k in range(len(contexts))], contexts):
         ends = {b - 1 for b in ctx.breakpoints} if ctx.event is not None else {len(ctx.pieces) - 1}
         tokens = tokens_per_piece(ctx)
         blocks = tuple(Block(p.key, n, i in ends) for i, (p, n) in enumerate(zip(ctx.pieces, tokens)))
-        total += cache.bill(Request(blocks, at * 60.0)).cost
+        total += cache.bill(Request(blocks, at)).cost
     return total
+
+
+@pytest.mark.parametrize("vision", ["anthropic", "openai:gpt-5"])
+def test_a_cold_cache_compacts_at_once_and_pays_less_than_appending(sample, vision):
+    """After the provider's cache entries expired (the user away for ten minutes), appending
+    writes the whole prompt anyway: the first compaction is no bet then. It comes on that call,
+    where the same call a minute after the last appends, and costs less than appending would
+    have under the simulator; the calls after it append to it."""
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision)
+    calls, times, t = [], [], 0.0
+    for m in sample:
+        mem.add(m)
+        if m["role"] == "assistant":
+            continue
+        t += 60
+        warm = mem.context(at=t, commit=False)
+        assert warm.event in APPENDED  # the warm rule has not compacted yet: it bets later
+        if len([p for p in mem.pages if p.sealed]) >= 2:
+            break
+        calls.append(mem.context(at=t))
+        times.append(t)
+    cold = mem.context(at=t + 600)
+    assert cold.event == "paid" and cold.tokens < warm.tokens
+    assert _price([*calls, cold], vision, [*times, t + 600]) < _price([*calls, warm], vision, [*times, t + 600])
+    mem.add({"role": "user", "content": "and now?"})
+    assert mem.context(at=t + 660).event == "append"
 
 
 @pytest.mark.parametrize("vision,pricing", [("anthropic", "anthropic"), ("openai:gpt-4o", "openai:gpt-4o"),
@@ -233,6 +259,18 @@ def test_a_damaged_plan_state_is_a_compaction_never_trusted(sample, tmp_path):
     again = Memory.open(spec)
     again.add(sample[120])
     assert again.context().event in ("first", "forced", "verbatim")
+
+
+def test_a_plan_state_stored_before_it_kept_the_time_reads_as_not_known():
+    """States written by an optictx that did not keep the last call's time still load (the time
+    not known: the cache taken as warm), and the time round-trips."""
+    from optictx.planstate import Frozen
+
+    state = Frozen(calls=3, sent=1200, at=1733400000.5)
+    assert Frozen.from_json(state.to_json()) == state
+    older = json.loads(state.to_json())
+    del older["at"]
+    assert Frozen.from_json(json.dumps(older)) == Frozen(calls=3, sent=1200)
 
 
 def test_a_dry_run_leaves_the_state_alone(sample):

@@ -179,3 +179,23 @@ def test_the_upstream_body_is_json_dumps_byte_for_byte(sample, api, monkeypatch)
     monkeypatch.setattr(json, "dumps", lambda obj: encoded.append(real(obj)) or encoded[-1])
     assert pages and dumps(body, key, pages, prefix) == real(body).encode()
     assert len(encoded[0]) < sum(map(len, pages))  # what was encoded held placeholders, not the pages
+
+
+def test_the_modeled_bill_counts_a_cold_cache_both_ways(sample):
+    """`X-Optictx-Cost` models the provider's cache with the requests' times: a request after the
+    cache's lifetime reads nothing back, sent as it came or through optictx."""
+    from optictx import Memory
+    from optictx.prefix import tokens_per_piece
+    from optictx.serve.meter import Meter
+
+    mem, meter, charges = Memory(budget=128_000, keep_recent=4, vision="anthropic"), Meter(), []
+    for at, upto in ((100.0, 60), (160.0, 70), (1000.0, 80)):
+        for m in sample[len(mem):upto]:
+            mem.add(m)
+        ctx, original = mem.context(at=at), mem.original_tokens()
+        charges.append((meter.charge(ctx, original, ctx.tokens, "anthropic", "claude-sonnet-4-5", at), original, ctx))
+    (first, o1, _), (warm, o2, _), (cold, o3, ctx) = charges
+    assert first.passthrough == pytest.approx(1.25 * o1)  # nothing to read yet
+    assert warm.passthrough < 0.5 * o2  # the first request's prefix read back at a tenth
+    assert cold.passthrough == pytest.approx(1.25 * o3)  # 840 s later: written again, all of it
+    assert cold.optictx == pytest.approx(1.25 * sum(tokens_per_piece(ctx)))

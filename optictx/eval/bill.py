@@ -6,7 +6,9 @@ there is one), with the client's own cache breakpoints (Claude Code marks its sy
 the last block). Each request goes through the proxy's own path (`Proxy.fit`, the code
 `optictx serve` runs, in this process) into one memory, as `optictx serve` would; both the
 client's body and optictx's are then priced by the provider's cache rules (`promptcache.py`),
-requests `gap` seconds apart. Text is counted with cl100k_base, images by the cost model.
+requests `gap` seconds apart (or the gaps given, in turn: a pause every few requests). The
+replay's clock is the proxy's too, so a planner that knows the cache went cold acts on it. Text
+is counted with cl100k_base, images by the cost model.
 """
 
 from __future__ import annotations
@@ -244,9 +246,11 @@ def billed(session: Session) -> float | None:
                for c in session.billed)
 
 
-def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None, gap: float = 60.0,
-           vision: str = "auto", keep_recent: int = 4) -> SessionBill:
-    """The session's requests priced both ways under `provider`'s cache rules."""
+def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
+           gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4) -> SessionBill:
+    """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
+    apart (a sequence: the gaps in turn, cycled)."""
+    gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
     from ..serve.openai_api import OPENAI
@@ -268,14 +272,15 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     rows = []
     spend = [0.0, 0.0]
     counted: dict[str, int] = {}
+    at = 0.0
     try:
         for k in range(len(session.calls)):
             body = anthropic_body(session, k, model) if anthropic else openai_body(session, k, model)
             raw = json.dumps(body).encode()
-            fitted = proxy.fit(dialect, dialect.parse(body, raw), headers)
+            at += gaps[k % len(gaps)]  # the replay's clock, for the proxy's planner and the cache alike
+            fitted = proxy.fit(dialect, dialect.parse(body, raw), headers, at=at)
             sent = json.loads(fitted.body)
             blocks = anthropic_blocks if anthropic else openai_blocks
-            at = k * gap
             a = plain.bill(Request(blocks(body, cost, counted), at))
             b = ours.bill(Request(blocks(sent, cost, counted), at, automatic="cache_control" in sent))
             event = fitted.fallback or (fitted.context.event if fitted.context is not None else None) or "-"

@@ -32,16 +32,21 @@ class Charge:
 
 class Meter:
     """One conversation's running model of the provider's cache: the last prompt optictx sent and
-    the size of the conversation as it came at the last request. Requests are taken to come
-    within the cache's lifetime, with the client marking its newest block (as Claude Code does):
-    a prefix sent before is read, the rest written."""
+    the size of the conversation as it came at the last request, and when that was. The client
+    is taken to mark its newest block (as Claude Code does): a prefix sent before is read, the
+    rest written, unless the cache's lifetime passed since the last request (then all of it is
+    written, both ways)."""
 
     def __init__(self) -> None:
         self._last: Context | None = None
         self._original = 0
+        self._at = 0.0
 
-    def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str) -> Charge:
+    def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float) -> Charge:
         pricing = pricing_for(vision)
+        if at - self._at > pricing.ttl:  # the cache went cold: nothing is read back
+            self._last, self._original = None, 0
+        self._at = at
         passthrough = pricing.call(original, min(self._original, original))
         if ctx is None or ctx.verbatim:  # it went as it came
             ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -38,15 +39,15 @@ class Fitted:
 
 
 def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str, *,
-        commit: bool = True) -> tuple[bytes, Context]:
+        commit: bool = True, at: float | None = None) -> tuple[bytes, Context]:
     """The upstream body for `parsed` from a memory holding exactly its turns, and its context.
 
     What goes upstream follows from the conversation's own history of calls (the memory's plan
     state, `prefix.py`): the last body with the new turns appended, until a compaction. Any
     memory holding those turns after the same calls sends the same bytes: the proxy's, a reopen
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
-    (token counting) leaves the plan state as it was."""
-    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit)
+    (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
+    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at)
     return dialect.upstream_body(parsed, ctx), ctx
 
 
@@ -126,9 +127,11 @@ class Proxy:
                            param="X-Optictx-Budget")
         return name, int(digits)
 
-    def fit(self, dialect: Dialect, parsed: Parsed, headers: Mapping[str, str], *, keep: bool = True) -> Fitted:
+    def fit(self, dialect: Dialect, parsed: Parsed, headers: Mapping[str, str], *, keep: bool = True,
+            at: float | None = None) -> Fitted:
         """Fit `parsed` through its conversation. `keep=False` (token counting): a conversation
-        that holds exactly these turns is used, else a memory that is thrown away afterwards."""
+        that holds exactly these turns is used, else a memory that is thrown away afterwards.
+        `at`: the request's time (default now; a replay gives its own clock)."""
         name, budget = self.settings(headers)
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
@@ -153,10 +156,11 @@ class Proxy:
             return self._fitted(memory, "-", tenant, dialect, parsed, budget, vision)
         conv = self.conversations.holding(tenant, name, parsed.turns)
         try:
-            fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision)
+            fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision, at=at)
             conv.last = fitted.context
             sent = fitted.sent
-            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model)
+            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model,
+                                       time.time() if at is None else at)
             return replace(fitted, charge=charge, sent=replace(
                 sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
                 passthrough_usd=charge.passthrough_usd))
@@ -165,13 +169,13 @@ class Proxy:
             self.drawahead.after(conv)
 
     def _fitted(self, memory: Memory, conversation: str, tenant: str, dialect: Dialect, parsed: Parsed,
-                budget: int, vision: str, *, commit: bool = True) -> Fitted:
+                budget: int, vision: str, *, commit: bool = True, at: float | None = None) -> Fitted:
         extra = overhead(memory, parsed)
         original = memory.original_tokens(vision) + extra
         try:
             if budget - extra < 1:
                 raise BudgetError(f"the tool definitions alone take {extra} of the {budget} tokens")
-            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit)
+            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit, at=at)
         except BudgetError as exc:  # never worse than no proxy: it goes as it came
             log.warning("conversation %s does not fit %d tokens (%s): sent as it came", conversation, budget, exc)
             record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
