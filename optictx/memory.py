@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,27 +13,19 @@ from typing import Any
 from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
-from .facts import Factsheet
 from .gate import LegibilityGate
 from .images import PageImages
-from .limits import Limits
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
-from .policy import Policy
+from .policy import Policy, PolicyFields
 from .renderers import Layout, RenderConfig
+from .report import memory_stats
 from .resident import Resident
-from .schedule import Fitter, Ladder
-from .settings import as_budget, as_render, check_int, from_meta, to_meta
+from .settings import as_budget, as_render, check_int, reopened, to_meta
 from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
-
-
-def _policy_field(name: str, *, settable: bool = False) -> Any:
-    """A field of the memory's policy as an attribute of the memory."""
-    return property(lambda self: getattr(self.policy, name),
-                    (lambda self, v: self._set_policy(**{name: v})) if settable else None)
 
 
 def _opened(store: str | Path | Store | None, memory: Memory) -> Store:
@@ -48,7 +39,7 @@ def _opened(store: str | Path | Store | None, memory: Memory) -> Store:
     return s
 
 
-class Memory:
+class Memory(PolicyFields):
     """A conversation memory that fits any budget.
 
     Thread-safe: every public method holds the memory's lock, so threads may add and build
@@ -88,24 +79,6 @@ class Memory:
         self._lock = threading.RLock()
         self._store = _opened(store, self)
         self._load()
-
-    # The policy's fields, readable and settable on the memory (a new policy takes effect on the
-    # next context: `mem.factsheet = None` for an optical-only context).
-    ladder: Ladder = _policy_field("ladder", settable=True)
-    fitter: Fitter = _policy_field("fitter", settable=True)
-    factsheet: Factsheet | None = _policy_field("factsheet", settable=True)
-    limits: Limits = _policy_field("limits")
-    sticky_tiers: bool = _policy_field("sticky")
-    verbatim: bool = _policy_field("verbatim")
-    cache: bool = _policy_field("cache")
-    headroom: float = _policy_field("headroom")
-    horizon: float = _policy_field("horizon")
-    first_horizon: float = _policy_field("first_horizon")
-    margin: float = _policy_field("margin")
-
-    def _set_policy(self, **fields: Any) -> None:
-        with self._lock:
-            self.policy = replace(self.policy, **fields)
 
     def _load(self) -> None:
         """(Re)build the in-memory view from the store: restored pages, then every turn replayed."""
@@ -150,13 +123,7 @@ class Memory:
     def open(cls, path: str | Path, **overrides: Any) -> Memory:
         """Reopen a memory saved with `Memory(store=path)` (a SQLite file or a PostgreSQL URL);
         keyword arguments override its settings. A memory that does not exist is a StoreError."""
-        store = open_store(path, create=False)  # read once and kept: a reopen is one open, not two
-        try:
-            meta = store.get_meta()
-            return cls(store=store, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
-        except BaseException:
-            store.close()
-            raise
+        return reopened(cls, path, overrides)
 
     # -- adding -------------------------------------------------------------------------------
 
@@ -236,13 +203,5 @@ class Memory:
     def stats(self, context: Context | None = None) -> dict[str, Any]:
         """Text tokens of the whole transcript, tokens of the default context, ratio, pages per tier."""
         ctx = context or self.context()
-        report = ctx.report()
-        return {
-            "turns": len(self),
-            "text_tokens": self._resident.index.text_total,
-            "context_tokens": ctx.tokens,
-            "ratio": round(self._resident.index.text_total / ctx.tokens, 2) if ctx.tokens else None,
-            "pages": report["pages"],
-            "sealed_pages": len(self._resident.packer.sealed),
-            "vision": ctx.vision.name,
-        }
+        return memory_stats(ctx, turns=len(self), text_tokens=self._resident.index.text_total,
+                            sealed=len(self._resident.packer.sealed))

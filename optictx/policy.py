@@ -7,7 +7,7 @@ small class with one method, and the invariant tests run over every policy in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import ConfigError
@@ -94,3 +94,33 @@ class Policy:
                 given[name] = getattr(cls, name)  # None: the default strategy, as before policies
         policy = base or cls()
         return cls(**{**{f.name: getattr(policy, f.name) for f in fields(cls)}, **given})
+
+
+def _field(name: str, *, settable: bool = False) -> Any:
+    """A field of the owner's policy as an attribute of the owner."""
+    return property(lambda self: getattr(self.policy, name),
+                    (lambda self, v: self._set_policy(**{name: v})) if settable else None)
+
+
+class PolicyFields:
+    """The policy's fields, readable (and some settable) on its owner (`Memory`): a new policy
+    takes effect on the next context (`mem.factsheet = None` for an optical-only context)."""
+
+    policy: Policy
+    _lock: Any  # the owner's lock: a policy is swapped whole, never half-changed
+
+    ladder: Ladder = _field("ladder", settable=True)
+    fitter: Fitter = _field("fitter", settable=True)
+    factsheet: Factsheet | None = _field("factsheet", settable=True)
+    limits: Limits = _field("limits")
+    sticky_tiers: bool = _field("sticky")
+    verbatim: bool = _field("verbatim")
+    cache: bool = _field("cache")
+    headroom: float = _field("headroom")
+    horizon: float = _field("horizon")
+    first_horizon: float = _field("first_horizon")
+    margin: float = _field("margin")
+
+    def _set_policy(self, **changed: Any) -> None:
+        with self._lock:
+            self.policy = replace(self.policy, **changed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -90,3 +91,16 @@ def contact_sheet(ctx: Context, *, columns: int = 8, thumb: int = 200) -> Image.
         draw.rectangle((x, y, x + thumb - 1, y + label_h - 2), fill=_TIER_SHADE[tier])
         draw.text((x + 4, y + 3), f"p{page.index} {tier.value.upper()} {tokens} tok", font=font, fill="white")
     return sheet
+
+
+def memory_stats(ctx: Context, *, turns: int, text_tokens: int, sealed: int) -> dict[str, Any]:
+    """`Memory.stats`: text tokens of the whole transcript, tokens of `ctx`, the ratio, pages per tier."""
+    return {
+        "turns": turns,
+        "text_tokens": text_tokens,
+        "context_tokens": ctx.tokens,
+        "ratio": round(text_tokens / ctx.tokens, 2) if ctx.tokens else None,
+        "pages": ctx.report()["pages"],
+        "sealed_pages": sealed,
+        "vision": ctx.vision.name,
+    }

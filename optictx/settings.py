@@ -1,9 +1,11 @@
-"""A memory's settings as its store keeps them, and back: `Memory.open` reopens with them."""
+"""A memory's settings as its store keeps them, and back: `Memory.open` reopens with them
+(`reopened`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -11,11 +13,13 @@ from .budget import Budget
 from .errors import ConfigError, StoreError
 from .limits import Limits
 from .renderers import RenderConfig
+from .store import open_store
 from .turns import short
 
 _PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
           "cache": bool, "headroom": float, "horizon": float, "first_horizon": float, "margin": float}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
+T = TypeVar("T")  # the memory class `reopened` builds
 
 
 def to_meta(mem: Any) -> dict[str, Any]:
@@ -24,6 +28,18 @@ def to_meta(mem: Any) -> dict[str, Any]:
     meta["vision"] = mem.vision.name
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})
     return meta
+
+
+def reopened(cls: Callable[..., T], path: str | Path, overrides: dict[str, Any]) -> T:
+    """`Memory.open`: the memory at `path` with its stored settings, `overrides` on top. The store
+    is opened once and handed to the memory (a reopen is one open, not two), closed on failure."""
+    store = open_store(path, create=False)
+    try:
+        meta = store.get_meta()
+        return cls(store=store, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
+    except BaseException:
+        store.close()
+        raise
 
 
 def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
