@@ -28,17 +28,22 @@ class Prompt(Protocol):
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-def _data_url(page: PageSegment) -> str:
-    return f"data:image/png;base64,{page.png_base64()}"  # serve/body.py splices these back by this prefix
+# How a page's image is written: its PNG as base64 text, or what a caller puts in its place (the
+# proxy writes a placeholder and splices the text into the JSON it writes: `serve/body.py`).
+Image = Callable[[PageSegment], str]
 
 
-def _openai_parts(middle: list[PageSegment | str], detail: str | None) -> list[dict[str, Any]]:
+def _data_url(page: PageSegment, image: Image | None) -> str:
+    return f"data:image/png;base64,{(image or PageSegment.png_base64)(page)}"
+
+
+def _openai_parts(middle: list[PageSegment | str], detail: str | None, image: Image | None) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for p in middle:
         if isinstance(p, str):
             parts.append({"type": "text", "text": p})
         else:
-            image_url: dict[str, Any] = {"url": _data_url(p)}
+            image_url: dict[str, Any] = {"url": _data_url(p, image)}
             if detail:
                 image_url["detail"] = detail
             parts.append({"type": "image_url", "image_url": image_url})
@@ -86,11 +91,13 @@ def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
 Message = Callable[[Turn], dict[str, Any]]
 
 
-def to_openai(ctx: Prompt, message: Message | None = None) -> list[dict[str, Any]]:
-    """`message`: how a turn is written (default `Turn.to_openai`; a proxy gives the client's own)."""
+def to_openai(ctx: Prompt, message: Message | None = None, *, image: Image | None = None) -> list[dict[str, Any]]:
+    """`message`: how a turn is written (default `Turn.to_openai`; a proxy gives the client's own);
+    `image`: how a page's image is (default its PNG as base64)."""
     write = message or Turn.to_openai
     return [write(item) if isinstance(item, Turn) else
-            {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail)} for item in _sequence(ctx)[0]]
+            {"role": "user", "content": _openai_parts(item, ctx.vision.image_detail, image)}
+            for item in _sequence(ctx)[0]]
 
 
 # -- OpenAI Responses ---------------------------------------------------------------------------
@@ -98,11 +105,11 @@ def to_openai(ctx: Prompt, message: Message | None = None) -> list[dict[str, Any
 Items = Callable[[Turn], list[dict[str, Any]]]
 
 
-def to_responses(ctx: Prompt, items: Items | None = None) -> list[dict[str, Any]]:
+def to_responses(ctx: Prompt, items: Items | None = None, *, image: Image | None = None) -> list[dict[str, Any]]:
     """Input items for OpenAI's Responses API: each turn as its items (`items`, default
     `response_items`; a proxy gives the client's own), and the caption, pages and text between
-    turns as one user message of input_text and input_image parts. The API caches a repeated
-    prefix by itself: there is nothing to mark."""
+    turns as one user message of input_text and input_image parts (`image`: as in `to_openai`).
+    The API caches a repeated prefix by itself: there is nothing to mark."""
     write = items or response_items
     detail = ctx.vision.image_detail or "auto"
     out: list[dict[str, Any]] = []
@@ -112,7 +119,7 @@ def to_responses(ctx: Prompt, items: Items | None = None) -> list[dict[str, Any]
         else:
             out.append({"role": "user", "content": [
                 {"type": "input_text", "text": p} if isinstance(p, str) else
-                {"type": "input_image", "image_url": _data_url(p), "detail": detail}
+                {"type": "input_image", "image_url": _data_url(p, image), "detail": detail}
                 for p in item]})
     return out
 
@@ -155,8 +162,9 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
     return _text_block(f"[{part['type']} not forwarded]")
 
 
-def _page_block(page: PageSegment) -> dict[str, Any]:
-    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": page.png_base64()}}
+def _page_block(page: PageSegment, image: Image | None) -> dict[str, Any]:
+    data = (image or PageSegment.png_base64)(page)
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -211,11 +219,11 @@ def _marked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*blocks[:-1], {**blocks[-1], "cache_control": MARK}] if blocks else blocks
 
 
-def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = False
+def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = False, image: Image | None = None
                  ) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
     """System turns (wherever they are) join the system prompt; the rest are messages, the pages
     as text and image blocks. `message`: how a turn is written (a proxy gives the client's own
-    blocks); consecutive roles are merged.
+    blocks); consecutive roles are merged. `image`: as in `to_openai`.
 
     `cache=True` marks the context's breakpoints with `cache_control` (at most four: the end of
     the system and pinned turns, of the frozen pages, of the prompt), and the system prompt then
@@ -235,7 +243,7 @@ def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = F
                 m = {**m, "content": _marked(_blocks(m["content"]))}
             messages.append(m)
         else:
-            blocks = [_text_block(p) if isinstance(p, str) else _page_block(p) for p in item]
+            blocks = [_text_block(p) if isinstance(p, str) else _page_block(p, image) for p in item]
             if cache:
                 blocks = [{**b, "cache_control": MARK} if (n, j) in marks else b for j, b in enumerate(blocks)]
             messages.append({"role": "user", "content": blocks})

@@ -70,10 +70,6 @@ class PageImages:
         boxes: without them a reader would read across the columns."""
         return reader.read_batch([self.at(p, tier) for p in pages], [self.boxes(p, tier) for p in pages])
 
-    def png_if_cached(self, page: Page, tier: Tier) -> str | None:
-        """The page's PNG text if it is in the cache, without drawing or encoding it."""
-        return self._png.get((page.digest, tier))
-
     def png_base64(self, page: Page, tier: Tier) -> str:
         """PNG of the page at `tier`, base64 text (what the exporters embed)."""
         key = (page.digest, tier)

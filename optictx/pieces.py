@@ -84,10 +84,6 @@ class PageSegment:
     def png_base64(self) -> str:
         return self.images.png_base64(self.page, self.tier)
 
-    def png_if_cached(self) -> str | None:
-        """`png_base64()` if it is cached, else None (nothing drawn or encoded)."""
-        return self.images.png_if_cached(self.page, self.tier)
-
 
 Segment = TextSegment | PageSegment
 

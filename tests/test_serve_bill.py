@@ -152,32 +152,29 @@ def test_each_answer_says_its_modeled_cost_beside_the_conversation_as_it_came(pr
 @pytest.mark.parametrize("api", ["anthropic", "openai", "responses"])
 def test_the_upstream_body_is_json_dumps_byte_for_byte(sample, api, monkeypatch):
     """Pages are spliced into the body rather than encoded again, in every dialect: the bytes are
-    still exactly what `json.dumps` writes, whatever the client's own text and images hold."""
+    still exactly what `json.dumps` writes of the body with the pages in it, whatever the
+    client's own text holds."""
     import json
 
     from optictx import Budget, Memory
     from optictx.export import to_anthropic, to_openai, to_responses
-    from optictx.serve.body import DATA_URL, dumps
+    from optictx.serve.body import Splice
 
     mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="anthropic")
     for m in sample[:200]:
         mem.add(m)
     ctx = mem.context()
-    export, key, prefix, image = {
-        "anthropic": (lambda: to_anthropic(ctx, cache=True)[1], "messages", "",
-                      lambda s: {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": s}}),
-        "openai": (lambda: to_openai(ctx), "messages", DATA_URL,
-                   lambda s: {"type": "image_url", "image_url": {"url": s}}),
-        "responses": (lambda: to_responses(ctx), "input", DATA_URL, lambda s: {"type": "input_image", "image_url": s}),
-    }[api]
+    export, key = {"anthropic": (lambda **kw: to_anthropic(ctx, cache=True, **kw)[1], "messages"),
+                   "openai": (lambda **kw: to_openai(ctx, **kw), "messages"),
+                   "responses": (lambda **kw: to_responses(ctx, **kw), "input")}[api]
+    tricky = {"role": "user", "content": [{"type": "text", "text": 'optictx-page-0 "quoted" \\ \u00e9 \ud83d\ude00'}]}
+    splice = Splice()
+    held = {"model": "m", "max_tokens": 5, key: [*export(image=splice.hold), tricky]}
+    plain = {"model": "m", "max_tokens": 5, key: [*export(), tricky]}
     pages = [p.image.png_base64() for p in ctx.pieces if p.image is not None]
-    near = prefix + pages[0][:-1] + '"'  # a client's image as long as one of ours, and not one
-    tricky = {"role": "user", "content": [{"type": "text", "text": 'optictx-page-0 "quoted" \\ \u00e9 \ud83d\ude00'},
-                                          image(near), image(prefix + pages[0])]}
-    body = {"model": "m", "max_tokens": 5, key: [*export(), tricky]}
     real, encoded = json.dumps, []
     monkeypatch.setattr(json, "dumps", lambda obj: encoded.append(real(obj)) or encoded[-1])
-    assert pages and dumps(body, key, pages, prefix) == real(body).encode()
+    assert pages and splice.dumps(held) == real(plain).encode()
     assert len(encoded[0]) < sum(map(len, pages))  # what was encoded held placeholders, not the pages
 
 

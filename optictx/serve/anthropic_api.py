@@ -10,7 +10,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import MARK, to_anthropic
 from ..turns import Turn, to_turn
-from .body import dumps, page_strings
+from .body import Splice
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
@@ -127,11 +127,12 @@ class AnthropicMessages:
         def original(turn: Turn) -> dict[str, Any]:
             return parsed.originals[turn.id]  # type: ignore[index]
 
-        ours, messages = to_anthropic(ctx, original, cache=True)  # the system prompt stays the client's
+        splice = Splice()
+        ours, messages = to_anthropic(ctx, original, cache=True, image=splice.hold)  # the system prompt stays theirs
         body = {**parsed.body, "messages": messages or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]}
         _breakpoints(body, any(_has_mark(b) for b in ours))
-        return dumps(body, "messages", page_strings(ctx))
+        return splice.dumps(body)
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"type": "error", "error": {"type": exc.kind, "message": str(exc)}}

@@ -9,7 +9,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
 from ..turns import Turn, to_turn
-from .body import DATA_URL, dumps, page_strings
+from .body import Splice
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 
 
@@ -38,9 +38,10 @@ class OpenAIChat:
         def original(turn: Turn) -> dict[str, Any]:
             return parsed.originals[turn.id]  # type: ignore[index]
 
-        messages = to_openai(ctx, original) or [
+        splice = Splice()
+        messages = to_openai(ctx, original, image=splice.hold) or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
-        return dumps({**parsed.body, "messages": messages}, "messages", page_strings(ctx), DATA_URL)
+        return splice.dumps({**parsed.body, "messages": messages})
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}

@@ -21,7 +21,7 @@ from ..context import Context
 from ..errors import TurnError
 from ..export import to_responses
 from ..turns import Turn, to_turn
-from .body import DATA_URL, dumps, page_strings
+from .body import Splice
 from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
 from .openai_api import OpenAIChat
 
@@ -135,9 +135,10 @@ class OpenAIResponses:
         def original(turn: Turn) -> list[dict[str, Any]]:
             return list(parsed.originals[turn.id])  # type: ignore[index]
 
-        items = to_responses(ctx, original) or [
+        splice = Splice()
+        items = to_responses(ctx, original, image=splice.hold) or [
             {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
-        return dumps({**parsed.body, "input": items}, "input", page_strings(ctx), DATA_URL)
+        return splice.dumps({**parsed.body, "input": items})
 
     error = OpenAIChat.error  # the same error body as Chat Completions
 
