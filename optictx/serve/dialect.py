@@ -31,8 +31,11 @@ class ApiError(OptictxError):
 @dataclass(frozen=True)
 class Parsed:
     """A request's body and its messages as turns; `originals[i]` is what the client sent for
-    turn i (written back as it came while that turn stays text). `passthrough`: why the request
-    goes upstream as it came, outside any conversation (it leans on state the upstream keeps)."""
+    turn i (written back as it came while that turn stays text). A context's turn ids are these
+    positions: the memory a request is fitted through holds exactly its turns, in order, from id
+    0 (`Conversations.holding` finds or forks one that does), so a dialect writes turn `t` back as
+    `originals[t.id]`. `passthrough`: why the request goes upstream as it came, outside any
+    conversation (it leans on state the upstream keeps)."""
 
     body: dict[str, Any]
     raw: bytes
