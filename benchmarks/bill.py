@@ -65,6 +65,15 @@ def _pxpipe(job: tuple[str, str]) -> dict[str, Any]:
             "ratio": round(theirs / ours_plain, 3) if ours_plain else 1.0, "tokens": tokens}
 
 
+def _balanced(pool: Any, work: Any, files: list[str], rest: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """`work((file, *rest))` for every file, in the files' order, the longest sessions handed out
+    first and one at a time: `pool.map`'s chunks once left one process replaying a chunk of long
+    sessions for half an hour while the other sat idle."""
+    longest = sorted(files, key=lambda f: -Path(f).stat().st_size)
+    done = dict(zip(longest, pool.imap(work, [(f, *rest) for f in longest], chunksize=1)))
+    return [done[f] for f in files]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("corpora", nargs="+")
@@ -81,11 +90,11 @@ def main() -> None:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
                 gaps = tuple(float(g) for g in args.gap_seconds.split(","))
-                rows = pool.map(_ours, [(f, provider, args.budget, gaps) for f in files])
+                rows = _balanced(pool, _ours, files, (provider, args.budget, gaps))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
             if args.pxpipe:
-                rows = pool.map(_pxpipe, [(f, args.pxpipe) for f in files])
+                rows = _balanced(pool, _pxpipe, files, (args.pxpipe,))
                 results[f"{Path(corpus).name}:pxpipe"] = rows
                 p, x = sum(r["passthrough"] for r in rows), sum(r["pxpipe"] for r in rows)
                 tokens = [sum(r["tokens"][i] for r in rows) for i in (0, 1)]
