@@ -9,9 +9,9 @@ from typing import Any
 from ..context import Context
 from ..errors import TurnError
 from ..export import MARK, to_anthropic
-from ..turns import Turn, to_turn
+from ..turns import to_turn
 from .body import Splice
-from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
+from .dialect import ApiError, Parsed, as_sent, model_and_messages, nothing_fits, unmarked
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
 
@@ -123,14 +123,9 @@ class AnthropicMessages:
     def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
-
-        def original(turn: Turn) -> dict[str, Any]:
-            return parsed.originals[turn.id]  # type: ignore[index]
-
         splice = Splice()
-        ours, messages = to_anthropic(ctx, original, cache=True, image=splice.hold)  # the system prompt stays theirs
-        body = {**parsed.body, "messages": messages or [
-            {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]}
+        ours, messages = to_anthropic(ctx, as_sent(parsed), cache=True, image=splice.hold)  # the system stays theirs
+        body = {**parsed.body, "messages": messages or nothing_fits(ctx)}
         _breakpoints(body, any(_has_mark(b) for b in ours))
         return splice.dumps(body)
 

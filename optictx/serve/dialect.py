@@ -3,6 +3,7 @@ API's module fills in (`openai_api.OPENAI`, `responses_api.RESPONSES`, `anthropi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,6 +87,17 @@ def unmarked(value: Any) -> Any:
 # What goes when not one turn fits the budget (both APIs refuse a request without messages).
 NOTHING_FITS = ("(the conversation does not fit the context budget of {budget} tokens; "
                 "raise it with the X-Optictx-Budget header)")
+
+
+def as_sent(parsed: Parsed) -> Callable[[Turn], Any]:
+    """How a dialect writes a turn that stays text: as the client sent it (`Parsed`: turn ids are
+    the request's positions)."""
+    return lambda turn: parsed.originals[turn.id]  # type: ignore[index]
+
+
+def nothing_fits(ctx: Context) -> list[dict[str, Any]]:
+    """The one message sent when no turn fits the budget."""
+    return [{"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
 
 
 def model_and_messages(body: Any, messages: str = "messages") -> tuple[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 from ..context import Context
 from ..errors import TurnError
 from ..export import to_openai
-from ..turns import Turn, to_turn
+from ..turns import to_turn
 from .body import Splice
-from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
+from .dialect import ApiError, Parsed, as_sent, model_and_messages, nothing_fits, unmarked
 
 
 class OpenAIChat:
@@ -34,13 +34,8 @@ class OpenAIChat:
     def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
-
-        def original(turn: Turn) -> dict[str, Any]:
-            return parsed.originals[turn.id]  # type: ignore[index]
-
         splice = Splice()
-        messages = to_openai(ctx, original, image=splice.hold) or [
-            {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
+        messages = to_openai(ctx, as_sent(parsed), image=splice.hold) or nothing_fits(ctx)
         return splice.dumps({**parsed.body, "messages": messages})
 
     def error(self, exc: ApiError) -> dict[str, Any]:

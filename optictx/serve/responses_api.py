@@ -20,9 +20,9 @@ from typing import Any
 from ..context import Context
 from ..errors import TurnError
 from ..export import to_responses
-from ..turns import Turn, to_turn
+from ..turns import to_turn
 from .body import Splice
-from .dialect import NOTHING_FITS, ApiError, Parsed, model_and_messages, unmarked
+from .dialect import ApiError, Parsed, as_sent, model_and_messages, nothing_fits, unmarked
 from .openai_api import OpenAIChat
 
 # Items that ride with a neighbouring turn instead of being one (opaque, encrypted).
@@ -131,13 +131,8 @@ class OpenAIResponses:
     def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
         if ctx.verbatim:
             return parsed.raw
-
-        def original(turn: Turn) -> list[dict[str, Any]]:
-            return list(parsed.originals[turn.id])  # type: ignore[index]
-
-        splice = Splice()
-        items = to_responses(ctx, original, image=splice.hold) or [
-            {"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
+        splice, sent = Splice(), as_sent(parsed)
+        items = to_responses(ctx, lambda turn: list(sent(turn)), image=splice.hold) or nothing_fits(ctx)
         return splice.dumps({**parsed.body, "input": items})
 
     error = OpenAIChat.error  # the same error body as Chat Completions
