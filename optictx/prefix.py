@@ -59,7 +59,7 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
     (0: not known, the cache taken as warm). Raises BudgetError when even the system and pinned
     turns do not fit."""
     pricing = get_cache_pricing(policy.pricing) if policy.pricing is not None else pricing_for(cost.name)
-    cold = state is not None and state.at > 0 and now - state.at > pricing.ttl
+    cold = state is not None and pricing.cold(state.at, now)
     base = snap()
     compacting = for_compaction(policy, pricing)
     ceiling = base.original_tokens(cost) if policy.verbatim else None  # what the conversation costs as it came

@@ -54,6 +54,11 @@ class CachePricing:
         read = common if common >= self.min_tokens else 0
         return self.read * read + self.write * (tokens - read)
 
+    def cold(self, last: float, now: float) -> bool:
+        """Whether a prompt sent at `last` (seconds; 0: not known, taken as warm) is gone from the
+        cache by `now`: nothing of it is read back."""
+        return last > 0 and now - last > self.ttl
+
     def steady(self, tokens: float) -> float:
         """A prompt sent again unchanged (what each later call pays for the part it keeps)."""
         return self.read * tokens if tokens >= self.min_tokens else tokens

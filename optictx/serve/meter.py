@@ -44,7 +44,7 @@ class Meter:
 
     def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float) -> Charge:
         pricing = pricing_for(vision)
-        if at - self._at > pricing.ttl:  # the cache went cold: nothing is read back
+        if pricing.cold(self._at, at):  # nothing is read back
             self._last, self._original = None, 0
         self._at = at
         passthrough = pricing.call(original, min(self._original, original))
