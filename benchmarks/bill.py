@@ -85,11 +85,11 @@ def main() -> None:
     ap.add_argument("--json", help="write every session's figures here")
     args = ap.parse_args()
     results: dict[str, Any] = {}
+    gaps = tuple(float(g) for g in args.gap_seconds.split(","))
     with Pool(args.jobs) as pool:
         for corpus in args.corpora:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
-                gaps = tuple(float(g) for g in args.gap_seconds.split(","))
                 rows = _balanced(pool, _ours, files, (provider, args.budget, gaps))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)

@@ -258,13 +258,20 @@ class PostgresStore(Derived):
             "UPDATE optictx_memories SET meta = %s WHERE id = %s", (body, self._id)))
 
     def _page_rows(self, key: str) -> list[tuple[Any, ...]]:
-        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            with conn.transaction():  # a savepoint inside a batch: a failure here spoils nothing else
-                conn.execute("DELETE FROM optictx_pages WHERE memory = %s AND key <> %s", (self._id, key))
-                return conn.execute("SELECT idx, body FROM optictx_pages WHERE memory = %s AND key = %s ORDER BY idx",
-                                    (self._id, key)).fetchall()
+        stale = ("DELETE FROM optictx_pages WHERE memory = %s AND key <> %s", (self._id, key))
+        return self._derived("read pages", stale, ("SELECT idx, body FROM optictx_pages WHERE memory = %s AND key = %s "
+                                                   "ORDER BY idx", (self._id, key)))
 
-        return self._retrying("read pages", work)  # type: ignore[no-any-return]
+    def _derived(self, what: str, *statements: tuple[str, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The last statement's rows, all of them run in a savepoint (inside a batch, a failure
+        here, no table yet say, spoils nothing else)."""
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            with conn.transaction():
+                for sql, args in statements[:-1]:
+                    conn.execute(sql, args)
+                return conn.execute(*statements[-1]).fetchall()
+
+        return self._retrying(what, work)  # type: ignore[no-any-return]
 
     def _put_pages(self, key: str, rows: list[tuple[int, str]]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
@@ -275,12 +282,8 @@ class PostgresStore(Derived):
         self._retrying("store pages", work)
 
     def _floor_rows(self, gate: str) -> list[tuple[Any, ...]]:
-        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            with conn.transaction():  # a savepoint inside a batch: no table yet spoils nothing else
-                return conn.execute("SELECT page, body FROM optictx_floors WHERE memory = %s AND gate = %s",
-                                    (self._id, gate)).fetchall()
-
-        return self._retrying("read floors", work)  # type: ignore[no-any-return]
+        return self._derived("read floors", ("SELECT page, body FROM optictx_floors WHERE memory = %s AND gate = %s",
+                                             (self._id, gate)))
 
     def _put_floors(self, gate: str, rows: list[tuple[str, str]]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
