@@ -29,15 +29,15 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
             text = plan.factsheet[place]
             segs.append(TextSegment("factsheet", text, snap.count(text)))
 
-    if any(t is not Tier.GONE for t in plan.sent):
+    if any(t is not Tier.GONE for t in plan.actual):
         segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
     factsheet(-1)
-    for i, (page, tier, price) in enumerate(zip(plan.pages, plan.sent, plan.costs)):
+    for i, (page, tier, price) in enumerate(zip(plan.pages, plan.actual, plan.costs)):
         if tier is not Tier.GONE:
             paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
             segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
             factsheet(i)
     segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t) if plan.drawn else None)
              for t in snap.recent[plan.cut:]]
-    gone = tuple(p for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE)
+    gone = tuple(p for p, t in zip(plan.pages, plan.actual) if t is Tier.GONE)
     return Context(tuple(segs), budget, cost, gone)

@@ -72,7 +72,7 @@ def fact_lines(plan: Plan, factsheet: Factsheet, facts: TurnFacts, recent: Seque
     # The lines follow from which pages are dropped and which sealed ones are images, nothing
     # else: the same split gives the same lines. Walking every dropped turn again is most of a
     # context() over a thousand pages, and most calls (after an add, before a seal) repeat a split.
-    split = tuple((p.index if p.sealed else p.turn_ids, t is Tier.GONE) for p, t in zip(plan.pages, plan.sent)
+    split = tuple((p.index if p.sealed else p.turn_ids, t is Tier.GONE) for p, t in zip(plan.pages, plan.actual)
                   if t is Tier.GONE or (p.sealed and t.is_image))
     key = (factsheet, count, split)
     try:
@@ -82,7 +82,7 @@ def fact_lines(plan: Plan, factsheet: Factsheet, facts: TurnFacts, recent: Seque
     if found is not None:
         return found
     imaged = plan.shown_by.keys()
-    gone = {tid for p, t in zip(plan.pages, plan.sent) if t is Tier.GONE for tid in p.turn_ids} - imaged
+    gone = {tid for p, t in zip(plan.pages, plan.actual) if t is Tier.GONE for tid in p.turn_ids} - imaged
     strings = facts.of(imaged | gone, factsheet, recent)
     shown: set[str] = set()
     if gone:  # strings that sealed image pages still show need no line for a dropped turn
@@ -127,9 +127,9 @@ def with_factsheet(plan: Plan, limit: int, factsheet: Factsheet, facts: TurnFact
         tiers = fitter.fit(plan.tiers, plan.costs, max(0, plan.page_tokens - short))
         if tiers is None:
             raise ConfigError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
-        dropped = plan.sent.count(Tier.GONE)
+        dropped = plan.actual.count(Tier.GONE)
         plan = plan.with_tiers(tiers)
-        if plan.sent.count(Tier.GONE) > dropped:
+        if plan.actual.count(Tier.GONE) > dropped:
             lines = fact_lines(plan, factsheet, facts, recent, count)
     kept = factsheet.select(lines, min(room, limit - plan.tokens), partial(_cost, count, factsheet, plan))
     return plan.with_factsheet(factsheet_parts(plan, kept, factsheet.gone_header))

@@ -29,7 +29,7 @@ class Plan:
     drawn: bool = True  # recent turns' flat prompts as a page draws them (False: as themselves, prefix.py)
 
     @cached_property
-    def sent(self) -> list[Tier]:
+    def actual(self) -> list[Tier]:
         """The tier each page is sent at: `tiers` are scheduled, possibly below a gate's floor."""
         return [c.actual(t) for c, t in zip(self.costs, self.tiers)]
 
@@ -48,7 +48,7 @@ class Plan:
         """Turn id -> index of the last sealed page sent as an image that shows it (turns on the
         open page, on text pages or only on dropped pages are not keys): the factsheet's imaged
         turns, and where their lines go."""
-        return {tid: i for i, (p, t) in enumerate(zip(self.pages, self.sent)) if t.is_image and p.sealed
+        return {tid: i for i, (p, t) in enumerate(zip(self.pages, self.actual)) if t.is_image and p.sealed
                 for tid in p.turn_ids}
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
@@ -63,4 +63,4 @@ class Plan:
         return new
 
 
-_DERIVED = ("sent", "page_tokens", "tokens", "shown_by")
+_DERIVED = ("actual", "page_tokens", "tokens", "shown_by")

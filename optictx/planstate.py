@@ -34,8 +34,8 @@ class Frozen:
     fixed: tuple[int, ...] = ()
     verbatim: bool = False
     calls: int = 0  # contexts made so far (the horizon is estimated from it)
-    sent: int = 0  # tokens of the last prompt
-    pieces: int = 0  # pieces of the last prompt
+    prompt_tokens: int = 0  # tokens of the last prompt
+    prompt_pieces: int = 0  # pieces of the last prompt
     compactions: int = 0
     base: int = 0  # tokens of the prompt right after the last compaction
     since: int = 0  # calls since the last compaction (that one counted)
@@ -45,10 +45,12 @@ class Frozen:
     at: float = 0.0  # when the last call was made (seconds; 0: not known): the cache may have expired since
 
     def to_json(self) -> str:
+        # "sent" and "pieces" are the stored names of prompt_tokens and prompt_pieces: states
+        # stored before the rename load as they are.
         body = {"pages": [[d, t.value] for d, t in self.pages], "factsheet": [list(f) for f in self.factsheet],
                 "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
-                "sent": self.sent, "pieces": self.pieces, "compactions": self.compactions, "base": self.base,
-                "since": self.since, "front": self.front, "front_key": self.front_key,
+                "sent": self.prompt_tokens, "pieces": self.prompt_pieces, "compactions": self.compactions,
+                "base": self.base, "since": self.since, "front": self.front, "front_key": self.front_key,
                 "tried": self.tried, "at": self.at}
         return json.dumps(body, ensure_ascii=True)
 

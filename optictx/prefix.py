@@ -117,7 +117,7 @@ def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, ev
     marks = {fixed, front, len(keys)}
     if old is not None and fresh and 0 < old.front < front and _digest(keys[: old.front]) == old.front_key:
         marks.add(old.front)  # the last front is still a prefix: a breakpoint there reads it back
-    state = replace(frozen, calls=(old.calls if old else 0) + 1, sent=ctx.tokens, pieces=len(keys),
+    state = replace(frozen, calls=(old.calls if old else 0) + 1, prompt_tokens=ctx.tokens, prompt_pieces=len(keys),
                     compactions=compactions, base=ctx.tokens if fresh else frozen.base,
                     since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]), at=now)
     return ctx.marked(event, tuple(sorted(m for m in marks if m > 0))), state, event
@@ -138,8 +138,8 @@ def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context,
     saves), but no more than the calls until appending reaches the budget (at the growth per call
     since the last compaction): a compaction is forced there anyway, and what this one saves ends
     with it."""
-    kept = 0 if cold else min(state.pieces, len(append.pieces))
-    cost_append = pricing.call(append.tokens, 0 if cold else min(state.sent, append.tokens))
+    kept = 0 if cold else min(state.prompt_pieces, len(append.pieces))
+    cost_append = pricing.call(append.tokens, 0 if cold else min(state.prompt_tokens, append.tokens))
     cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
     ahead = (policy.horizon if state.compactions else policy.first_horizon) * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)
@@ -225,7 +225,7 @@ def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:
 
 
 def _images(snap: Snapshot, p: Plan) -> int:
-    return sum(1 for t in p.sent if t.is_image) + snap.image_count([*snap.system, *snap.pinned, *snap.recent])
+    return sum(1 for t in p.actual if t.is_image) + snap.image_count([*snap.system, *snap.pinned, *snap.recent])
 
 
 # -- compacting --------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]
     """The stateless plan's sealed pages up to its last one not sent as text, at their tiers, and
     the first turn that is not wholly on them (moved back so no tool result loses its call)."""
     sealed = len(pack.sealed)
-    sent = stateless.sent[:sealed]
+    sent = stateless.actual[:sealed]
     m = 1 + max((i for i, t in enumerate(sent) if t is not Tier.TEXT), default=-1)
     pages = pack.sealed[:m]
     upto = _safe_start(_first_after(pages, pack) if m else 0, tail)

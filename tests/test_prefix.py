@@ -266,11 +266,11 @@ def test_a_plan_state_stored_before_it_kept_the_time_reads_as_not_known():
     not known: the cache taken as warm), and the time round-trips."""
     from optictx.planstate import Frozen
 
-    state = Frozen(calls=3, sent=1200, at=1733400000.5)
+    state = Frozen(calls=3, prompt_tokens=1200, at=1733400000.5)
     assert Frozen.from_json(state.to_json()) == state
     older = json.loads(state.to_json())
     del older["at"]
-    assert Frozen.from_json(json.dumps(older)) == Frozen(calls=3, sent=1200)
+    assert Frozen.from_json(json.dumps(older)) == Frozen(calls=3, prompt_tokens=1200)
 
 
 def test_a_dry_run_leaves_the_state_alone(sample):
