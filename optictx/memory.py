@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +178,7 @@ class Memory(PolicyFields):
             self._sync()
             budget = self.budget if budget is None else as_budget(budget)
             cost = self.vision if vision is None else get_cost_model(vision)
-            fixed = {t.id for t in (*self._resident.index.system, *self._resident.index.pinned)}
-            snapshot = partial(self._resident.snapshot, self.policy)
-            return self._resident.planning.context(snapshot, budget, cost, self.policy, fixed, commit,  # type: ignore[arg-type]
-                                                   time.time() if at is None else at)
+            return self._resident.context(self.policy, budget, cost, commit, time.time() if at is None else at)
 
     def legibility(self) -> list[dict[str, Any]]:
         """Per sealed page, what the legibility gate found (reading the pages it has not read

@@ -6,9 +6,11 @@ between calls. It takes in the store's new turns and makes the snapshots plannin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from .budget import Budget
+from .context import Context
 from .cost import CostModel
 from .factlines import TurnFacts
 from .gate import LegibilityGate
@@ -67,6 +69,12 @@ class Resident:
             for t in self.recent[:cut]:
                 self.packer.add(t)
             del self.recent[:cut]
+
+    def context(self, policy: Policy, budget: Budget, cost: CostModel, commit: bool, at: float) -> Context:
+        """This call's context (`Memory.context`), planned from the last one (`Planning`)."""
+        fixed = {t.id for t in (*self.index.system, *self.index.pinned)}
+        return self.planning.context(partial(self.snapshot, policy), budget, cost, policy, fixed,  # type: ignore[arg-type]
+                                     commit, at)
 
     def snapshot(self, policy: Policy, budget: Budget, cost: CostModel, recent: Sequence[Turn] | None = None
                  ) -> Snapshot:
