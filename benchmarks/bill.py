@@ -4,7 +4,7 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 60,60,60,900`: those gaps in turn, a pause every fourth request; pxpipe's rows stay 60 s apart).
 
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
-        [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60]
+        [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R]
 
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from optictx.cost import get_cost_model
-from optictx.eval.bill import MODELS, anthropic_blocks, anthropic_body, load_session, replay
+from optictx.eval.bill import MODELS, anthropic_blocks, anthropic_body, gaps_arg, load_session, replay, risk_arg
 from optictx.promptcache import PromptCache, Request
 
 
-def _ours(job: tuple[str, str, int | None, tuple[float, ...]]) -> dict[str, Any]:
-    path, provider, budget, gaps = job
+def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None]) -> dict[str, Any]:
+    path, provider, budget, gaps, risk = job
     t0 = time.perf_counter()
-    bill = replay(load_session(path), provider, budget=budget, gap=gaps)
+    bill = replay(load_session(path), provider, budget=budget, gap=gaps, risk=risk)
     s = bill.summary()
     return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
         1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
@@ -80,17 +80,18 @@ def main() -> None:
     ap.add_argument("--providers", nargs="+", default=["anthropic", "openai:gpt-4o", "openai:gpt-4.1", "openai:gpt-5"])
     ap.add_argument("--pxpipe", help="a pxpipe laid out by its setup.sh (Anthropic rules only)")
     ap.add_argument("--budget", type=int)
-    ap.add_argument("--gap-seconds", default="60", help="seconds between requests; a list (60,60,900) in turn")
+    ap.add_argument("--gap-seconds", type=gaps_arg, default=(60.0,),
+                    help="seconds between requests; a list (60,60,900) in turn")
+    ap.add_argument("--risk", type=risk_arg, help="the proxy's --risk (Policy.risk; default: no bound)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every session's figures here")
     args = ap.parse_args()
     results: dict[str, Any] = {}
-    gaps = tuple(float(g) for g in args.gap_seconds.split(","))
     with Pool(args.jobs) as pool:
         for corpus in args.corpora:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
-                rows = _balanced(pool, _ours, files, (provider, args.budget, gaps))
+                rows = _balanced(pool, _ours, files, (provider, args.budget, args.gap_seconds, args.risk))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
             if args.pxpipe:

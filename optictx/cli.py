@@ -15,6 +15,7 @@ from typing import Any
 from .budget import Budget
 from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
+from .eval.bill import gaps_arg, risk_arg
 from .io import read_jsonl
 from .memory import Memory
 from .progress import each
@@ -282,8 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     bill.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
                       help="cost model; auto: by the provider's model (default)")
     bill.add_argument("--budget", type=int, help="X-Optictx-Budget on every request (default: the proxy's)")
-    bill.add_argument("--gap-seconds", type=_gaps, default=(60.0,),
+    bill.add_argument("--gap-seconds", type=gaps_arg, default=(60.0,),
                       help="seconds between requests (default 60); a list (60,60,60,900) is taken in turn")
+    bill.add_argument("--risk", type=risk_arg, help="the proxy's --risk: how far above sending each session as it "
+                      "came a compaction may take its bill so far (0: never above; default: no bound)")
     bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
     bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
     bill.set_defaults(func=cmd_bill)
@@ -298,16 +301,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _gaps(text: str) -> tuple[float, ...]:
-    try:
-        gaps = tuple(float(g) for g in text.split(","))
-    except ValueError:
-        gaps = ()
-    if not gaps or not all(0 <= g < 1e9 for g in gaps):  # NaN fails too
-        raise argparse.ArgumentTypeError(f"seconds, or seconds,seconds,...: got {text[:40]!r}")
-    return gaps
-
-
 def cmd_bill(args: argparse.Namespace) -> int:
     from .errors import need
 
@@ -318,7 +311,8 @@ def cmd_bill(args: argparse.Namespace) -> int:
     for provider in args.provider:
         bills = []
         for session in each(found, f"bill {provider}", "session"):
-            b = replay(session, provider, budget=args.budget, gap=args.gap_seconds, vision=args.vision)
+            b = replay(session, provider, budget=args.budget, gap=args.gap_seconds, vision=args.vision,
+                       risk=args.risk)
             bills.append(b)
             s = b.summary()
             if args.json:

@@ -43,6 +43,10 @@ class Frozen:
     front_key: str = ""  # a digest of their keys
     tried: int = -1  # sealed pages when a compaction was last weighed
     at: float = 0.0  # when the last call was made (seconds; 0: not known): the cache may have expired since
+    # The bill so far under the consumer's cache rules (prefix.Tally), in base-input tokens:
+    asis: int = 0  # tokens of the conversation as it came at the last call
+    spent: float = 0.0  # what the calls so far would have cost with the conversation sent as it came
+    saved: float = 0.0  # how much less they cost through optictx (negative: more)
 
     def to_json(self) -> str:
         # "sent" and "pieces" are the stored names of prompt_tokens and prompt_pieces: states
@@ -51,7 +55,7 @@ class Frozen:
                 "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
                 "sent": self.prompt_tokens, "pieces": self.prompt_pieces, "compactions": self.compactions,
                 "base": self.base, "since": self.since, "front": self.front, "front_key": self.front_key,
-                "tried": self.tried, "at": self.at}
+                "tried": self.tried, "at": self.at, "asis": self.asis, "spent": self.spent, "saved": self.saved}
         return json.dumps(body, ensure_ascii=True)
 
     @classmethod
@@ -63,7 +67,8 @@ class Frozen:
                        tuple((int(p), str(s)) for p, s in b["factsheet"]), int(b["upto"]),
                        tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
                        int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
-                       str(b["front_key"]), int(b["tried"]), float(b.get("at", 0.0)))
+                       str(b["front_key"]), int(b["tried"]), float(b.get("at", 0.0)), int(b.get("asis", 0)),
+                       float(b.get("spent", 0.0)), float(b.get("saved", 0.0)))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -72,6 +77,8 @@ def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
     """The name a memory stores the state of one (budget, consumer, policy) under: a context
     planned under another policy (`mem.factsheet = None`) starts from a compaction of its own."""
     shape = re.sub(r" at 0x[0-9a-f]+", "", repr(policy))  # a function's address changes per process
+    if policy.risk is None:  # added later: unset, it leaves the key states were stored under before it
+        shape = shape.replace(", risk=None)", ")")
     return f"plan1:{budget.limit}:{cost.name}:{hashlib.sha256(shape.encode()).hexdigest()[:12]}"
 
 

@@ -41,6 +41,13 @@ class Policy:
       at 1.5 it still breaks even if the session ends a third sooner than the horizon says);
       `pricing`: the consumer's cache rules (a `CACHE_PRICING` name or
       a `CachePricing`; None: the provider the cost model names, a local model's otherwise).
+    - `risk`: how far above the conversation sent as it came a paid compaction may take the
+      memory's bill so far, as a share of what that would have cost so far (`prefix.Tally`).
+      None (the default): no bound, the expected saving alone decides. 0: never above it at any
+      call, under the consumer's cache rules as modeled: a compaction on a warm cache always
+      costs more than appending that call, so the first one then waits for a saving that covers
+      it (a cold cache's compaction, which costs less), and an agent that never pauses longer
+      than the cache lives is sent as it came (BENCHMARKS.md, "A bound on the bet").
     """
 
     ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
@@ -55,6 +62,7 @@ class Policy:
     first_horizon: float = 0.5
     margin: float = 1.5
     pricing: str | CachePricing | None = None
+    risk: float | None = None
 
     def __post_init__(self) -> None:
         checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
@@ -67,13 +75,16 @@ class Policy:
                   "first_horizon": isinstance(self.first_horizon, (int, float)) and 0 <= self.first_horizon <= 1000,
                   "margin": isinstance(self.margin, (int, float)) and 1 <= self.margin <= 1000,
                   "pricing": self.pricing is None or isinstance(self.pricing, CachePricing) or (
-                      isinstance(self.pricing, str) and self.pricing in CACHE_PRICING)}
+                      isinstance(self.pricing, str) and self.pricing in CACHE_PRICING),
+                  "risk": self.risk is None or (isinstance(self.risk, (int, float)) and not isinstance(self.risk, bool)
+                                                and 0 <= self.risk <= 1000)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
                  "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
                  "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
                  "horizon": "a number in [0, 1000]", "first_horizon": "a number in [0, 1000]",
                  "margin": "a number in [1, 1000]",
-                 "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}"}
+                 "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}",
+                 "risk": "None or a number in [0, 1000]"}
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
@@ -82,7 +93,7 @@ class Policy:
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
         ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=, cache=, headroom=, horizon=,
-        first_horizon=, margin=, pricing=."""
+        first_horizon=, margin=, pricing=, risk=."""
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:
@@ -120,6 +131,7 @@ class PolicyFields:
     horizon: float = _field("horizon")
     first_horizon: float = _field("first_horizon")
     margin: float = _field("margin")
+    risk: float | None = _field("risk")
 
     def _set_policy(self, **changed: Any) -> None:
         with self._lock:

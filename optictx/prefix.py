@@ -62,33 +62,38 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
     cold = state is not None and pricing.cold(state.at, now)
     base = snap()
     compacting = for_compaction(policy, pricing)
-    ceiling = base.original_tokens(cost) if policy.verbatim else None  # what the conversation costs as it came
+    asis = base.original_tokens(cost)  # what the conversation costs as it came (None: not known)
+    tally = Tally(pricing, state, asis, cold, now)
+    ceiling = asis if policy.verbatim else None
     fixed = tuple(t.id for t in (*base.system, *base.pinned))  # type: ignore[misc]
     append = _append(state, base, tail, build, budget, cost, policy, fixed, ceiling)
     if append is not None and state is not None:
         ctx, frozen = append
         if frozen.fixed != state.fixed:  # a new system or pinned turn: the front moves anyway
-            return _done(append, state, state.compactions + 1, "forced", now)
+            return tally.done(append, state.compactions + 1, "forced")
         sealed = len(base.pack.sealed)
+        cost_append = tally.appending(ctx)
         # A compaction can only pay for pages that sealed since it was last weighed (unless the
         # cache went cold), and never where the cache reads for free (a local prefill): most
         # calls skip weighing one.
         if pricing.read > 0 and (sealed != state.tried or cold):
             cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
             ext = _extended(state, cand[1], tail, build, budget, cost, policy, ceiling) if cand else None
-            scored = [(_gain(pricing, policy, state, ctx, c[0], budget.limit, cold), c) for c in (cand, ext) if c]
-            gain, best = max(scored, key=lambda s: s[0], default=(0.0, None))
-            if best is not None and gain > 0:
-                return _done((best[0], replace(best[1], tried=sealed)), state, state.compactions + 1, "paid", now)
+            priced = [(c, tally.compacting(ctx, c[0])) for c in (cand, ext) if c]
+            scored = [(_gain(pricing, policy, state, ctx, c[0], cost_append, paid, budget.limit), c, paid)
+                      for c, paid in priced]
+            gain, best, paid = max(scored, key=lambda s: s[0], default=(0.0, None, 0.0))
+            if best is not None and gain > 0 and tally.affordable(paid, policy.risk):
+                return tally.done((best[0], replace(best[1], tried=sealed)), state.compactions + 1, "paid", paid)
         kept = replace(frozen, base=state.base, since=state.since, tried=sealed)
-        return _done((ctx, kept), state, state.compactions, "append", now)
+        return tally.done((ctx, kept), state.compactions, "append", cost_append)
     if append is not None:  # the first call, and the conversation fits as it came
-        return _done(append, None, 0, "verbatim", now)
+        return tally.done(append, 0, "verbatim")
     first = state is None
     cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=first)
     if cand is None:  # not even a compaction fits its own cut: plan as before, nothing frozen
         cand = build(base, plan(base, budget, cost, policy)), Frozen(upto=-1)
-    return _done(cand, state, (state.compactions + 1) if state else 1, "first" if first else "forced", now)
+    return tally.done(cand, (state.compactions + 1) if state else 1, "first" if first else "forced")
 
 
 def for_compaction(policy: Policy, pricing: CachePricing) -> Policy:
@@ -101,6 +106,53 @@ def for_compaction(policy: Policy, pricing: CachePricing) -> Policy:
     flat = pricing.mode != "prefill" and isinstance(ladder, AgeLadder)
     return replace(policy, verbatim=False,
                    ladder=replace(ladder, steps=(), hold=1) if flat else ladder)  # type: ignore[type-var]
+
+
+class Tally:
+    """One call's cost under the consumer's cache rules, through optictx and as the conversation
+    came, and what that leaves of the memory's modeled saving so far (`Frozen.saved`), which
+    `Policy.risk` bounds."""
+
+    def __init__(self, pricing: CachePricing, state: Frozen | None, asis: int | None, cold: bool, now: float
+                 ) -> None:
+        self.pricing, self.state, self.cold, self.now = pricing, state, cold, now
+        # As it came, each call reads the last call's conversation back (when warm) and writes the rest.
+        kept = 0 if cold or state is None else min(state.asis, asis or 0)
+        self.asis, self.asis_call = asis, None if asis is None else pricing.call(asis, kept)
+
+    def appending(self, ctx: Context) -> float:
+        """This call's cost if it sends the last prompt with the new turns appended."""
+        state = self.state
+        return self.pricing.call(ctx.tokens, 0 if self.cold or state is None else min(state.prompt_tokens, ctx.tokens))
+
+    def compacting(self, append: Context, cand: Context) -> float:
+        """This call's cost if it sends `cand`: what it shares with the last prompt is read back."""
+        state = self.state
+        kept = 0 if self.cold or state is None else min(state.prompt_pieces, len(append.pieces))
+        return self.pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
+
+    def affordable(self, cost: float, risk: float | None) -> bool:
+        """Whether a paid compaction costing `cost` leaves the memory's bill so far within `risk`
+        (a share of what the conversation as it came would have cost so far) above that cost."""
+        if risk is None or self.asis_call is None or self.state is None:
+            return True
+        after = self.state.saved + self.asis_call - cost
+        return after >= -risk * (self.state.spent + self.asis_call)
+
+    def done(self, made: tuple[Context, Frozen], compactions: int, event: Event, cost: float | None = None
+             ) -> tuple[Context, Frozen, Event]:
+        """The context marked with its event and breakpoints, and the state after it; `cost`:
+        this call's (default: the whole prompt written, or as it came for a verbatim call)."""
+        ctx, frozen = made
+        if cost is None:
+            cost = self.asis_call if event == "verbatim" and self.asis_call is not None else self.pricing.call(
+                ctx.tokens, 0)
+        old = self.state
+        saved, spent = (old.saved, old.spent) if old else (0.0, 0.0)
+        if self.asis_call is not None:
+            saved, spent = saved + self.asis_call - cost, spent + self.asis_call
+        tallied = replace(frozen, saved=saved, spent=spent, asis=self.asis or 0)
+        return _done((ctx, tallied), old, compactions, event, self.now)
 
 
 def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, event: Event, now: float
@@ -127,20 +179,17 @@ def _digest(keys: Sequence[str]) -> str:
     return hashlib.sha256("\0".join(keys).encode()).hexdigest()[:24]
 
 
-def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, limit: int,
-          cold: bool = False) -> float:
-    """What compacting to `cand` now saves over appending, over the calls to come, less what it
-    costs more now (in base-input tokens); at most 0 when it saves nothing per call. On a `cold`
-    cache nothing is read back this call, whichever is sent.
+def _gain(pricing: CachePricing, policy: Policy, state: Frozen, append: Context, cand: Context, cost_append: float,
+          cost_cand: float, limit: int) -> float:
+    """What compacting to `cand` now (this call: `cost_cand`) saves over appending (`cost_append`),
+    over the calls to come, less what it costs more now (in base-input tokens); at most 0 when it
+    saves nothing per call.
 
     The calls to come are `policy.horizon` times the calls so far (`policy.first_horizon` before
     the first compaction: that one images everything so far, and until it happens nothing else
     saves), but no more than the calls until appending reaches the budget (at the growth per call
     since the last compaction): a compaction is forced there anyway, and what this one saves ends
     with it."""
-    kept = 0 if cold else min(state.prompt_pieces, len(append.pieces))
-    cost_append = pricing.call(append.tokens, 0 if cold else min(state.prompt_tokens, append.tokens))
-    cost_cand = pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
     ahead = (policy.horizon if state.compactions else policy.first_horizon) * max(1, state.calls)
     growth = (append.tokens - state.base) / max(1, state.since)
     if growth > 0:

@@ -18,6 +18,7 @@ from .turns import short
 
 _PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
           "cache": bool, "headroom": float, "horizon": float, "first_horizon": float, "margin": float}
+_OPTIONAL = {"risk": float}  # stored only when set (None: not stored, as before the setting was)
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 T = TypeVar("T")  # the memory class `reopened` builds
 
@@ -26,6 +27,7 @@ def to_meta(mem: Any) -> dict[str, Any]:
     """What `from_meta` needs to rebuild `mem`'s settings (plain JSON data)."""
     meta = {key: kind(getattr(mem, key)) for key, kind in _PLAIN.items() if key != "vision"}
     meta["vision"] = mem.vision.name
+    meta.update({key: kind(getattr(mem, key)) for key, kind in _OPTIONAL.items() if getattr(mem, key) is not None})
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})
     return meta
 
@@ -47,7 +49,7 @@ def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise StoreError(f"{path}: damaged settings (a {type(meta).__name__}, not an object)")
     out: dict[str, Any] = {}
-    for key, kind in _PLAIN.items():
+    for key, kind in (*_PLAIN.items(), *_OPTIONAL.items()):
         if key in meta:
             value = meta[key]
             if type(value) is not kind:  # bool is an int: exact types only

@@ -107,3 +107,19 @@ def test_bill_with_pauses_prices_a_cold_cache_and_compacts_on_it(tmp_path, capsy
     assert "paid" in after_pause
     with pytest.raises(SystemExit):  # argparse's usage error, exit 2
         main(["bill", str(f), "--gap-seconds", "60,soon"])
+
+
+def test_bill_with_risk_0_costs_no_more_than_as_it_came(tmp_path, capsys):
+    """`--risk 0` (the proxy's `--risk`): requests 60 s apart never pause, so nothing compacts and
+    the session costs what it did as it came; a bad share is a usage error."""
+    import pytest
+
+    pytest.importorskip("starlette", reason="optictx bill replays through the proxy (the serve extra)")
+    f = tmp_path / "session.jsonl"
+    write_jsonl(f, sample_conversation())
+    assert main(["bill", str(f), "--json", "--risk", "0"]) == 0
+    total = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert total["ratio"] <= 1.0 and total["sessions_above_1"] == 0 and "paid" not in total["events"]
+    for bad in ("-1", "nan", "some"):
+        with pytest.raises(SystemExit):
+            main(["bill", str(f), "--risk", bad])

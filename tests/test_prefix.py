@@ -114,14 +114,56 @@ def test_compactions_are_rare_and_leave_headroom(sample):
 def _price(contexts, pricing, times=None):
     """The contexts' prompts priced one after another (60 s apart, or at `times`), a block per
     piece, with a breakpoint at each of the context's breakpoints (as the exporters mark them)."""
+    return _running(contexts, pricing, times)[-1]
+
+
+def _running(contexts, pricing, times=None):
+    """What the calls so far cost after each call (`_price`)."""
     cache = PromptCache(pricing)
-    total = 0.0
+    total, out = 0.0, []
     for at, ctx in zip(times or [k * 60.0 for k in range(len(contexts))], contexts):
         ends = {b - 1 for b in ctx.breakpoints} if ctx.event is not None else {len(ctx.pieces) - 1}
         tokens = tokens_per_piece(ctx)
         blocks = tuple(Block(p.key, n, i in ends) for i, (p, n) in enumerate(zip(ctx.pieces, tokens)))
         total += cache.bill(Request(blocks, at)).cost
-    return total
+        out.append(total)
+    return out
+
+
+def _loop(sample, vision, gaps, **settings):
+    """An agent loop over the sample: a context before each assistant turn, `gaps` seconds
+    apart in turn; the contexts and their times."""
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision, **settings)
+    contexts, times, t = [], [], 0.0
+    for m in sample:
+        mem.add(m)
+        if m["role"] == "assistant":
+            continue
+        t += gaps[len(times) % len(gaps)]
+        contexts.append(mem.context(at=t))
+        times.append(t)
+    return contexts, times
+
+
+@pytest.mark.parametrize("vision", ["anthropic", "openai:gpt-5"])
+def test_with_risk_0_the_bill_so_far_never_passes_the_conversation_as_it_came(sample, vision):
+    """`Policy.risk`: with no bound (the default), a warm loop's first compaction is a bet, and on
+    the call it is made the bill so far passes what sending the conversation as it came would
+    have cost (a session that ended there would have lost). With risk 0 it never does, at any
+    call; with a ten-minute pause every tenth call, the compaction the pause makes free comes,
+    and the ones after it that its saving covers, so the loop still costs less in all."""
+    for gaps in ([60.0], [60.0] * 9 + [600.0]):
+        plain, times = _loop(sample, vision, gaps, cache=False)
+        theirs = _running(plain, vision, times)
+        bet, bet_times = _loop(sample, vision, gaps)
+        bounded, bounded_times = _loop(sample, vision, gaps, risk=0)
+        assert times == bet_times == bounded_times and all(c.verbatim for c in plain)
+        ours = _running(bounded, vision, times)
+        assert all(o <= t + 1e-6 for o, t in zip(ours, theirs)), gaps
+        if gaps == [60.0]:
+            assert any(o > t for o, t in zip(_running(bet, vision, times), theirs))
+        else:
+            assert "paid" in {c.event for c in bounded} and ours[-1] < theirs[-1]
 
 
 @pytest.mark.parametrize("vision", ["anthropic", "openai:gpt-5"])
@@ -266,11 +308,27 @@ def test_a_plan_state_stored_before_it_kept_the_time_reads_as_not_known():
     not known: the cache taken as warm), and the time round-trips."""
     from optictx.planstate import Frozen
 
-    state = Frozen(calls=3, prompt_tokens=1200, at=1733400000.5)
+    state = Frozen(calls=3, prompt_tokens=1200, at=1733400000.5, asis=5000, spent=9000.5, saved=-120.25)
     assert Frozen.from_json(state.to_json()) == state
     older = json.loads(state.to_json())
-    del older["at"]
+    for later in ("at", "asis", "spent", "saved"):  # kept since; a state from before has none
+        del older[later]
     assert Frozen.from_json(json.dumps(older)) == Frozen(calls=3, prompt_tokens=1200)
+
+
+def test_risk_is_checked_and_kept_with_the_memory(tmp_path):
+    """`risk=` is a policy field: checked (ConfigError naming it), stored with the memory and
+    read back on a reopen; unset, it is not stored."""
+    for bad in (-0.5, True, "0", float("nan")):
+        with pytest.raises(ConfigError, match="risk"):
+            Memory(risk=bad)
+    path = tmp_path / "m.db"
+    Memory(store=path, risk=0.1).close()
+    with Memory.open(path) as again:
+        assert again.risk == 0.1 and again.policy.risk == 0.1
+    Memory.open(path, risk=None).close()
+    with Memory.open(path) as unset:
+        assert unset.risk is None
 
 
 def test_a_dry_run_leaves_the_state_alone(sample):

@@ -87,6 +87,25 @@ def test_the_tenancy_setting_and_its_flag():
         parser.parse_args(["--tenancy", "everyone"])
 
 
+def test_the_risk_setting_reaches_each_conversations_memory():
+    """`--risk` (`Policy.risk`): unset by default; set, every new conversation's memory plans with it."""
+    from optictx.serve.proxy import Proxy as InProcess
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    loopback = ["--upstream", "http://127.0.0.1:9/v1"]
+    assert config_from(parser.parse_args(loopback)).risk is None
+    config = config_from(parser.parse_args([*loopback, "--risk", "0.05"]))
+    assert config.risk == 0.05
+    proxy = InProcess(config)
+    try:
+        assert proxy.memory(None).policy.risk == 0.05
+    finally:
+        proxy.close()
+    with pytest.raises(ConfigError, match="risk"):
+        config_from(parser.parse_args([*loopback, "--risk", "-1"]))
+
+
 def test_a_title_skips_an_agents_wrappers_and_reads_only_a_bounded_head():
     from optictx.serve.conversations import title_of
     from optictx.turns import to_turn

@@ -13,6 +13,7 @@ is counted with cl100k_base, images by the cost model.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import json
@@ -246,10 +247,33 @@ def billed(session: Session) -> float | None:
                for c in session.billed)
 
 
+def gaps_arg(text: str) -> tuple[float, ...]:
+    """`--gap-seconds`: seconds, or seconds,seconds,... taken in turn."""
+    try:
+        gaps = tuple(float(g) for g in text.split(","))
+    except ValueError:
+        gaps = ()
+    if not gaps or not all(0 <= g < 1e9 for g in gaps):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"seconds, or seconds,seconds,...: got {text[:40]!r}")
+    return gaps
+
+
+def risk_arg(text: str) -> float:
+    """`--risk`: a share in [0, 1000] (`Policy.risk`)."""
+    try:
+        risk = float(text)
+    except ValueError:
+        risk = -1.0
+    if not 0 <= risk <= 1000:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"a share in [0, 1000]: got {text[:40]!r}")
+    return risk
+
+
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
-           gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4) -> SessionBill:
+           gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
+           risk: float | None = None) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
-    apart (a sequence: the gaps in turn, cycled)."""
+    apart (a sequence: the gaps in turn, cycled); `risk`: the proxy's (`Policy.risk`)."""
     gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
@@ -261,7 +285,7 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     anthropic = provider.startswith("anthropic")
     dialect = ANTHROPIC if anthropic else OPENAI
     cost = get_cost_model(vision_for(model, dialect.name, vision))
-    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision}
+    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk}
     config = ServeConfig.make(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
                               **settings)
     headers = {"x-api-key": "optictx-bill"}

@@ -41,6 +41,9 @@ class ServeConfig(BaseModel):
     budget: int = Field(128_000, ge=1, description="hard cap on context tokens per request; below it, the prompt "
                         "is only compacted where that pays under the provider's cache prices")
     keep_recent: int = Field(4, ge=0, description="turns kept as text")
+    risk: float | None = Field(None, ge=0, le=1000, description="how far above sending the conversation as it came "
+                               "a compaction may take its bill so far, as a share of that (0: never above; default: "
+                               "no bound, the expected saving decides)")
     pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
     store: Path | str | None = Field(None, description="where memories outlive restarts (default: nowhere): a "
                                      "folder of SQLite files, or a postgresql://user@host/db URL replicas share")

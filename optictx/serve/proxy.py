@@ -101,7 +101,7 @@ class Proxy:
     def memory(self, store: str | Path | None) -> Memory:
         """A new conversation's memory; contexts are built per request (budget, vision)."""
         return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=store,
-                      image_cache_bytes=self.config.image_cache_bytes)
+                      image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk)
 
     def reopen(self, store: str | Path) -> Memory:
         """A stored conversation's memory, with the settings it was made with."""
