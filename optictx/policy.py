@@ -46,8 +46,9 @@ class Policy:
       None (the default): no bound, the expected saving alone decides. 0: never above it at any
       call, under the consumer's cache rules as modeled: a compaction on a warm cache always
       costs more than appending that call, so the first one then waits for a saving that covers
-      it (a cold cache's compaction, which costs less), and an agent that never pauses longer
-      than the cache lives is sent as it came (BENCHMARKS.md, "A bound on the bet").
+      it (a cold cache's compaction, which costs less, or one the hard budget forces), and an
+      agent that never pauses longer than the cache lives is sent as it came until then
+      (BENCHMARKS.md, "A bound on the bet").
     """
 
     ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
