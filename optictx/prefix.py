@@ -15,7 +15,9 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
   `Policy.margin` times what writing the changed part again costs now beyond appending. On a
   cold cache (the provider's entries expired since the last call: `CachePricing.ttl`) appending
   writes the whole prompt too, so a compaction that makes it smaller costs nothing more: it is
-  no bet, and is weighed whether or not a page sealed since the last one was.
+  no bet, and is weighed whether or not a page sealed since the last one was. With
+  `Policy.risk` set, it must also leave the memory's bill so far within that share above what
+  the conversation sent as it came would have cost so far (`Tally`).
 
 A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
 pages are frozen at their tiers, every turn after them goes as itself, never as drawn lines.
