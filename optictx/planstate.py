@@ -8,7 +8,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .budget import Budget
@@ -73,12 +73,17 @@ class Frozen:
             return None
 
 
+_ADDED = ("risk",)  # Policy fields added since plan states were first stored
+
+
 def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
     """The name a memory stores the state of one (budget, consumer, policy) under: a context
     planned under another policy (`mem.factsheet = None`) starts from a compaction of its own."""
-    shape = re.sub(r" at 0x[0-9a-f]+", "", repr(policy))  # a function's address changes per process
-    if policy.risk is None:  # added later: unset, it leaves the key states were stored under before it
-        shape = shape.replace(", risk=None)", ")")
+    # A field added after states were first stored is left out at its default, so the key a
+    # state was stored under before it stays the same; a function's address changes per process.
+    shown = [f for f in fields(policy) if f.repr and not (f.name in _ADDED and getattr(policy, f.name) == f.default)]
+    body = ", ".join(f"{f.name}={getattr(policy, f.name)!r}" for f in shown)
+    shape = re.sub(r" at 0x[0-9a-f]+", "", f"{type(policy).__qualname__}({body})")
     return f"plan1:{budget.limit}:{cost.name}:{hashlib.sha256(shape.encode()).hexdigest()[:12]}"
 
 

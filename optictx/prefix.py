@@ -153,28 +153,21 @@ class Tally:
         saved, spent = (old.saved, old.spent) if old else (0.0, 0.0)
         if self.asis_call is not None:
             saved, spent = saved + self.asis_call - cost, spent + self.asis_call
-        tallied = replace(frozen, saved=saved, spent=spent, asis=self.asis or 0)
-        return _done((ctx, tallied), old, compactions, event, self.now)
-
-
-def _done(made: tuple[Context, Frozen], old: Frozen | None, compactions: int, event: Event, now: float
-          ) -> tuple[Context, Frozen, Event]:
-    """The context marked with its event and breakpoints, and the state after it."""
-    ctx, frozen = made
-    fresh = event not in ("append", "verbatim")
-    keys = [p.key for p in ctx.pieces]
-    fixed = next((i for i, p in enumerate(ctx.pieces) if p.kind not in ("system", "pinned")), len(keys))
-    # The front's mark goes after its last page, not after the factsheet lines that follow it: a
-    # turn that goes on past that page moves its line after a later page at the next compaction.
-    pages = [i for i, p in enumerate(ctx.pieces) if p.kind == "page"]
-    front = fixed if frozen.verbatim or not pages else pages[-1] + 1
-    marks = {fixed, front, len(keys)}
-    if old is not None and fresh and 0 < old.front < front and _digest(keys[: old.front]) == old.front_key:
-        marks.add(old.front)  # the last front is still a prefix: a breakpoint there reads it back
-    state = replace(frozen, calls=(old.calls if old else 0) + 1, prompt_tokens=ctx.tokens, prompt_pieces=len(keys),
-                    compactions=compactions, base=ctx.tokens if fresh else frozen.base,
-                    since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]), at=now)
-    return ctx.marked(event, tuple(sorted(m for m in marks if m > 0))), state, event
+        fresh = event not in ("append", "verbatim")
+        keys = [p.key for p in ctx.pieces]
+        fixed = next((i for i, p in enumerate(ctx.pieces) if p.kind not in ("system", "pinned")), len(keys))
+        # The front's mark goes after its last page, not after the factsheet lines that follow it:
+        # a turn that goes on past that page moves its line after a later page at the next compaction.
+        pages = [i for i, p in enumerate(ctx.pieces) if p.kind == "page"]
+        front = fixed if frozen.verbatim or not pages else pages[-1] + 1
+        marks = {fixed, front, len(keys)}
+        if old is not None and fresh and 0 < old.front < front and _digest(keys[: old.front]) == old.front_key:
+            marks.add(old.front)  # the last front is still a prefix: a breakpoint there reads it back
+        state = replace(frozen, calls=(old.calls if old else 0) + 1, prompt_tokens=ctx.tokens,
+                        prompt_pieces=len(keys), compactions=compactions, base=ctx.tokens if fresh else frozen.base,
+                        since=1 if fresh else frozen.since + 1, front=front, front_key=_digest(keys[:front]),
+                        at=self.now, asis=self.asis or 0, spent=spent, saved=saved)
+        return ctx.marked(event, tuple(sorted(m for m in marks if m > 0))), state, event
 
 
 def _digest(keys: Sequence[str]) -> str:

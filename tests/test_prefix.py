@@ -331,6 +331,22 @@ def test_risk_is_checked_and_kept_with_the_memory(tmp_path):
         assert unset.risk is None
 
 
+def test_a_policy_field_added_later_leaves_the_state_key_at_its_default():
+    """States stored before `risk` existed are found again: unset, it is not part of the key."""
+    import hashlib
+    import re
+
+    from optictx.planstate import state_key
+    from optictx.policy import Policy
+
+    budget, cost = Budget(tokens=1000), COST_MODELS["anthropic"]
+    for policy in (Policy(), Policy(margin=2.0)):
+        before = re.sub(r", risk=None\)$", ")", repr(policy))  # the policy as optictx wrote it then,
+        before = re.sub(r" at 0x[0-9a-f]+", "", before)  # less a function's address
+        assert state_key(budget, cost, policy).endswith(hashlib.sha256(before.encode()).hexdigest()[:12])
+    assert state_key(budget, cost, Policy(risk=0)) != state_key(budget, cost, Policy())
+
+
 def test_a_dry_run_leaves_the_state_alone(sample):
     mem = Memory(budget=Budget(tokens=5000), keep_recent=4)
     for m in sample[:100]:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..cost import CostModel, get_cost_model
-from ..errors import ConversationFileError
+from ..errors import ConfigError, ConversationFileError
 from ..export import _anthropic_message, _merge_roles
 from ..io import read_jsonl
 from ..native import UNKNOWN_SIZE
+from ..policy import Policy
 from ..promptcache import Block, PromptCache, Request, dollars, get_cache_pricing
 from ..sample import SYSTEM
 from ..tiers import Tier
@@ -259,14 +260,11 @@ def gaps_arg(text: str) -> tuple[float, ...]:
 
 
 def risk_arg(text: str) -> float:
-    """`--risk`: a share in [0, 1000] (`Policy.risk`)."""
+    """`--risk`: a share `Policy.risk` takes (its own check, as a usage error)."""
     try:
-        risk = float(text)
-    except ValueError:
-        risk = -1.0
-    if not 0 <= risk <= 1000:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"a share in [0, 1000]: got {text[:40]!r}")
-    return risk
+        return Policy(risk=float(text)).risk  # type: ignore[return-value]
+    except (ValueError, ConfigError):
+        raise argparse.ArgumentTypeError(f"a share in [0, 1000]: got {text[:40]!r}") from None
 
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
