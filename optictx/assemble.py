@@ -14,8 +14,9 @@ from .tiers import Tier
 
 
 def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images: PageImages) -> Context:
-    """System and pinned turns, the caption, pages with their factsheet parts, recent turns; or,
-    for a verbatim plan, every turn as itself in the order it came."""
+    """System and pinned turns, the caption, pages with their factsheet parts and the turns that
+    stay text in place after the page that shows where they were, recent turns; or, for a
+    verbatim plan, every turn as itself in the order it came."""
     if plan.verbatim is not None:
         kinds = {t.id: k for k, ts in (("system", snap.system), ("pinned", snap.pinned)) for t in ts}
         whole = tuple(TextSegment(kinds.get(t.id, "recent"), t.text, snap.turn_tokens(t, cost), t)  # type: ignore[arg-type]
@@ -32,11 +33,25 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
     if any(t is not Tier.GONE for t in plan.actual):
         segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
     factsheet(-1)
+    in_place = list(snap.in_place(plan.cut))
+
+    def inline(before: int | None) -> None:  # the turns in place with ids below `before` (None: all)
+        while in_place and (before is None or in_place[0].id < before):  # type: ignore[operator]
+            t = in_place.pop(0)
+            segs.append(TextSegment("inline", t.text, snap.turn_tokens(t, cost), t))
+
+    if plan.pages:  # pages stored before a turn stayed in place do not show its line
+        inline(plan.pages[0].entries[0].turn_id)
     for i, (page, tier, price) in enumerate(zip(plan.pages, plan.actual, plan.costs)):
         if tier is not Tier.GONE:
             paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
             segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
+        # In place: after the last page that starts before it (one that shows its line), the
+        # page sent or not.
+        inline(plan.pages[i + 1].entries[0].turn_id if i + 1 < len(plan.pages) else None)
+        if tier is not Tier.GONE:
             factsheet(i)
+    inline(None)  # no page at all
     segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t) if plan.drawn else None)
              for t in snap.recent[plan.cut:]]
     gone = tuple(p for p, t in zip(plan.pages, plan.actual) if t is Tier.GONE)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from .cost import CostModel
 from .pieces import PageSegment, Piece
+from .turnindex import AS_SENT
 from .turns import Turn, check_json, image_url
 
 
@@ -50,20 +51,23 @@ def _openai_parts(middle: list[PageSegment | str], detail: str | None, image: Im
     return parts
 
 
-_TURNS = ("system", "pinned", "recent")
+_TURNS = ("system", "pinned", "inline", "recent")
 Middle = list[PageSegment | str]  # what goes between the turns: the caption, image pages, text
 
 
-def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
+def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]], set[int]]:
     """The context's turns and, at its place, what goes between them (the caption, image pages,
     and text: text pages, the open page, factsheet parts), the text pieces of one segment joined
-    into one text. Pieces come in prompt order: system, pinned, that middle, recent turns; or, in
-    a verbatim context, every turn in the order it came.
+    into one text. Pieces come in prompt order: system, pinned, that middle (with the turns that
+    stay text in place between its pages), recent turns; or, in a verbatim context, every turn in
+    the order it came.
 
     Also the places of the context's breakpoints: (item, -1) for a turn, (item, part) for a part
-    of a middle, wherever the last piece before a breakpoint went."""
+    of a middle, wherever the last piece before a breakpoint went; and the items that are the
+    system prompt (leading system turns, not a system turn in place)."""
     out: list[Turn | Middle] = []
     marks: set[tuple[int, int]] = set()
+    front: set[int] = set()
     ends = {b - 1 for b in ctx.breakpoints}
     segment = -1
     for i, piece in enumerate(ctx.pieces):
@@ -72,6 +76,8 @@ def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
                 out.append(piece.turn)
                 if i in ends:
                     marks.add((len(out) - 1, -1))
+                if piece.kind == "system":
+                    front.add(len(out) - 1)
         else:
             if not out or not isinstance(out[-1], list):
                 out.append([])
@@ -85,7 +91,7 @@ def _sequence(ctx: Prompt) -> tuple[list[Turn | Middle], set[tuple[int, int]]]:
             if i in ends:
                 marks.add((len(out) - 1, len(middle) - 1))
         segment = piece.segment
-    return out, marks
+    return out, marks, front
 
 
 Message = Callable[[Turn], dict[str, Any]]
@@ -193,16 +199,23 @@ def _anthropic_message(turn: Turn) -> dict[str, Any]:
 
 
 def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Anthropic wants alternating roles, starting with the user: merge runs of one role."""
+    """Anthropic wants alternating roles, starting with the user: merge runs of one role. A
+    system message a client wrote in the conversation (a beta of the API), and a message with
+    fields beside its role and content (one a proxy keeps as it came), stay as they came."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if out and out[-1]["role"] == m["role"]:  # a new message: the ones merged stay as they were
+        if out and out[-1]["role"] == m["role"] in ("user", "assistant") and _plain(out[-1]) and _plain(m):
+            # a new message: the merged ones stay as they were
             out[-1] = {**out[-1], "content": [*_blocks(out[-1]["content"]), *_blocks(m["content"])]}
         else:
             out.append(m)
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [_text_block("(the conversation so far continues below)")]})
     return out
+
+
+def _plain(message: dict[str, Any]) -> bool:
+    return message.keys() <= {"role", "content"}
 
 
 def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -221,9 +234,11 @@ def _marked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = False, image: Image | None = None
                  ) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
-    """System turns (wherever they are) join the system prompt; the rest are messages, the pages
-    as text and image blocks. `message`: how a turn is written (a proxy gives the client's own
-    blocks); consecutive roles are merged. `image`: as in `to_openai`.
+    """Leading system turns join the system prompt; the rest are messages, the pages as text and
+    image blocks. A system turn in the conversation (`TurnIndex.note`) stays where it is: the
+    Messages API takes one there only with a beta a client asks for, so it is written as a user
+    message unless `message` (how a turn is written: a proxy gives the client's own blocks) says
+    otherwise. Consecutive roles are merged. `image`: as in `to_openai`.
 
     `cache=True` marks the context's breakpoints with `cache_control` (at most four: the end of
     the system and pinned turns, of the frozen pages, of the prompt), and the system prompt then
@@ -232,14 +247,14 @@ def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = F
     system: list[str] = []
     system_marked = False
     messages: list[dict[str, Any]] = []
-    items, marks = _sequence(ctx)
+    items, marks, front = _sequence(ctx)
     for n, item in enumerate(items):
-        if isinstance(item, Turn) and item.role == "system":
+        if isinstance(item, Turn) and n in front:
             system.append(item.text)
             system_marked |= (n, -1) in marks
         elif isinstance(item, Turn):
             m = write(item)
-            if cache and (n, -1) in marks:
+            if cache and (n, -1) in marks and AS_SENT not in item.metadata:  # kept exactly as it came
                 m = {**m, "content": _marked(_blocks(m["content"]))}
             messages.append(m)
         else:

@@ -4,7 +4,7 @@ strings, ranking, room); this is its use on one plan of a memory."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from functools import partial
 
 from .errors import ConfigError
@@ -21,10 +21,11 @@ Lines = list[tuple[int, str]]  # (turn id, line)
 class TurnFacts:
     """Exact strings per turn id, found the first time a context needs them (most pages of a long
     memory never are imaged), and which turns are tool results. `read(ids)` fetches turns that
-    are no longer in RAM (from the store), so a packed turn is not kept twice."""
+    are no longer in RAM (from the store), so a packed turn is not kept twice. Turns in `skip`
+    stay text wherever they are (`TurnIndex.inline_ids`): they have none."""
 
-    def __init__(self, read: Callable[[list[int]], Mapping[int, Turn]]) -> None:
-        self._read = read
+    def __init__(self, read: Callable[[list[int]], Mapping[int, Turn]], skip: Container[int] = frozenset()) -> None:
+        self._read, self._skip = read, skip
         self._found: dict[int, tuple[str, ...]] = {}
         self._finder: object = None  # what found them: a factsheet with another finder starts over
         self.tool_turns: set[int] = set()  # the factsheet ranks them after what people said
@@ -42,6 +43,8 @@ class TurnFacts:
 
     def strings(self, tid: int, factsheet: Factsheet, recent: Mapping[int, Turn]) -> tuple[str, ...]:
         found = self._found.get(tid)
+        if found is None and tid in self._skip:
+            return ()
         if found is None:
             turn = recent.get(tid) or self._read([tid])[tid]
             found = self._found[tid] = factsheet.extract(" ".join(turn.texts))

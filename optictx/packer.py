@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -28,14 +28,22 @@ PACK_VERSION = 3
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
 
 
-def turn_blocks(turn: Turn) -> list[Block]:
-    """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls."""
+# What a page shows of a turn that stays text in place (`TurnIndex.note`): its header and where
+# its text is, since the pages are read in order and it sits between them.
+IN_PLACE = " \u2192 after page"
+
+
+def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
+    """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls;
+    only the header, saying where its text is, for a turn that stays text `in_place`."""
     role = "tool result" if turn.role == "tool" else turn.role
     head = f"#{turn.id} {role.upper()}" if turn.id is not None else role.upper()
     if turn.name:
         head += f" \u00b7 {turn.name}"
     if turn.tool_call_id:
         head += f" [{turn.tool_call_id}]"
+    if in_place:
+        return [Block(head + IN_PLACE, "header")]
     blocks = [Block(head, "header")]
     text = turn.text
     if turn.role == "tool":
@@ -119,10 +127,11 @@ def _page_from_blob(blob: str, index: int, style: str) -> Page:
 
 
 class _Lines:
-    """A turn's laid-out lines, by turn id (recent turns are laid out again for every preview)."""
+    """A turn's laid-out lines, by turn id (recent turns are laid out again for every preview).
+    `in_place`: the ids of turns that stay text in place (a page draws their header only)."""
 
-    def __init__(self, layout: Layout, tokenizer: Tokenizer) -> None:
-        self.layout, self.tokenizer = layout, tokenizer
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, in_place: Container[int] = frozenset()) -> None:
+        self.layout, self.tokenizer, self.in_place = layout, tokenizer, in_place
         self._cache: LRU[int, tuple[Entry, ...]] = LRU(max_items=512)
 
     def __call__(self, turn: Turn) -> tuple[Entry, ...]:
@@ -130,7 +139,8 @@ class _Lines:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        out = tuple(Entry(key, ln, n) for b in turn_blocks(turn) for ln, n in self._counted(self.layout.lines(b)))
+        blocks = turn_blocks(turn, key in self.in_place)
+        out = tuple(Entry(key, ln, n) for b in blocks for ln, n in self._counted(self.layout.lines(b)))
         if key >= 0:
             self._cache[key] = out
         return out
@@ -212,7 +222,8 @@ class Packer:
     `key`), so a reopen need not lay out sealed pages again, and replays turns from where they stop.
     """
 
-    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int | None = None) -> None:
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int | None = None,
+                 in_place: Container[int] = frozenset()) -> None:
         tokens_per_page = layout.config.tokens_per_page if tokens_per_page is None else tokens_per_page
         if not MIN_TOKENS_PER_PAGE <= tokens_per_page <= MAX_TOKENS_PER_PAGE:
             raise ConfigError(f"tokens_per_page={tokens_per_page} is out of range "
@@ -220,7 +231,7 @@ class Packer:
         self.layout = layout
         self.tokenizer = tokenizer
         self.tokens_per_page = tokens_per_page
-        self.entries = _Lines(layout, tokenizer)
+        self.entries = _Lines(layout, tokenizer, in_place)
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
         self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
         self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)

@@ -25,14 +25,15 @@ CAPTION = (
     "that turn verbatim; the messages after the pages continue from where they end."
 )
 
-SegmentKind = Literal["system", "pinned", "caption", "factsheet", "recent"]
+SegmentKind = Literal["system", "pinned", "caption", "factsheet", "inline", "recent"]
 
 
 @dataclass(frozen=True)
 class TextSegment:
-    """Text the consumer reads as text: a native turn, the caption above the pages, or a part of
-    the factsheet. `drawn`: a recent turn as a page draws it (its lines in `PageSegment.text` once
-    it moves onto the open page), else None."""
+    """Text the consumer reads as text: a native turn (`inline`: one that stays text in place,
+    between the pages), the caption above the pages, or a part of the factsheet. `drawn`: a
+    recent turn as a page draws it (its lines in `PageSegment.text` once it moves onto the open
+    page), else None."""
 
     kind: SegmentKind
     text: str
@@ -87,7 +88,7 @@ class PageSegment:
 
 Segment = TextSegment | PageSegment
 
-PieceKind = Literal["system", "pinned", "caption", "factsheet", "page", "open", "recent"]
+PieceKind = Literal["system", "pinned", "caption", "factsheet", "page", "open", "inline", "recent"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,7 +105,7 @@ class Piece:
     text: str
     prompt: str
     segment: int
-    turn: Turn | None = None  # system, pinned and recent pieces
+    turn: Turn | None = None  # system, pinned, inline and recent pieces
     page: PageSegment | None = None  # page pieces
 
     @property

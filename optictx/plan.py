@@ -56,6 +56,13 @@ class Snapshot:
     #   (`tokens` and `images` then cover them all)
     text_total: int | None = None  # native text tokens of every turn (None: unknown, no step 0)
     all_images: tuple[tuple[int, int] | None, ...] = ()  # the sizes of every turn's native images
+    inline: tuple[Turn, ...] = ()  # turns that stay text in place, on pages already (not in `recent`)
+    inline_ids: frozenset[int] = frozenset()  # every such turn's id, `recent` ones included
+
+    def in_place(self, cut: int) -> tuple[Turn, ...]:
+        """The turns that stay text in place when recent[:cut] joins the pages: on pages already,
+        and those among recent[:cut]."""
+        return (*self.inline, *(t for t in self.recent[:cut] if t.id in self.inline_ids))
 
     def turn_tokens(self, turn: Turn, cost: CostModel) -> int:
         """A turn sent as itself: its text tokens and its images under `cost`."""
@@ -88,9 +95,11 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
                           f"at most {image_cap} per request: unpin turns or raise Limits.max_images")
     for cut in safe_cuts(snap.recent):
         # Native images count against the cap: when those of the turns kept as text are too many,
-        # more turns go onto pages (where an image is drawn as "[image]").
-        native = snap.image_count([*fixed, *snap.recent[cut:]])
-        other = fixed_tokens + sum(recent_tokens[cut:])
+        # more turns go onto pages (where an image is drawn as "[image]"). Turns that stay text in
+        # place cost the same wherever the cut is.
+        in_place = snap.in_place(cut)
+        native = snap.image_count([*fixed, *in_place, *snap.recent[cut:]])
+        other = fixed_tokens + sum(snap.turn_tokens(t, cost) for t in in_place) + sum(recent_tokens[cut:])
         if other > limit or (image_cap is not None and native > image_cap):
             continue  # the text alone is over, or its images: more turns onto pages
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
@@ -104,9 +113,10 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
-    short = fixed_tokens - limit
+    needed = fixed_tokens + sum(snap.turn_tokens(t, cost) for t in snap.in_place(len(snap.recent)))
+    short = needed - limit
     raise BudgetError(
-        f"the context needs at least {fixed_tokens} tokens for system and pinned turns, but the budget "
+        f"the context needs at least {needed} tokens for system, pinned and in-place turns, but the budget "
         f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
 
 

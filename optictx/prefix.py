@@ -259,7 +259,7 @@ def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapsho
     pages = list(sealed[: len(state.pages)])
     tiers = [t for _, t in state.pages]
     costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost)
-    other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.recent))
+    other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
     caption = snap.count(CAPTION)
     return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False)
 
@@ -269,7 +269,8 @@ def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:
 
 
 def _images(snap: Snapshot, p: Plan) -> int:
-    return sum(1 for t in p.actual if t.is_image) + snap.image_count([*snap.system, *snap.pinned, *snap.recent])
+    return sum(1 for t in p.actual if t.is_image) + snap.image_count(
+        [*snap.system, *snap.pinned, *snap.inline, *snap.recent])
 
 
 # -- compacting --------------------------------------------------------------------------------

@@ -36,14 +36,14 @@ class Resident:
     def __init__(self, store: Store, layout: Layout, tokenizer: Any, tokens_per_page: int, images: PageImages,
                  gate: LegibilityGate | None) -> None:
         self._store, self._tokenizer = store, tokenizer
-        self.packer = Packer(layout, tokenizer, tokens_per_page)
+        self.index = TurnIndex(tokenizer)  # per-turn facts, system, pinned and in-place turns
+        self.packer = Packer(layout, tokenizer, tokens_per_page, in_place=self.index.inline_ids)
         # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
         self.packer.restore(store.load_pages(self.packer.key))
-        self.index = TurnIndex(tokenizer)  # per-turn facts, system and pinned turns
         self.recent: list[Turn] = []  # turns not on a sealed page yet
         # Exact strings of packed turns, found the first time a context images them; the turns
-        # themselves are read back from the store.
-        self.facts = TurnFacts(store.get)
+        # themselves are read back from the store. A turn that stays text needs none.
+        self.facts = TurnFacts(store.get, skip=self.index.inline_ids)
         self.planning = Planning(store, images, gate)  # the plan state between calls
         self._transcript: list[Turn] | None = []  # every turn, while the conversation is small
 
@@ -91,7 +91,8 @@ class Resident:
         transcript = None if not verbatim else tuple(
             self._transcript if self._transcript is not None else self._store.since(-1)[: index.last_id + 1])
         recent = self.recent if recent is None else recent
-        tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *recent))
+        inline = index.inline_before(recent[0].id if recent else index.last_id + 1)  # type: ignore[arg-type]
+        tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *inline, *recent))
         return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
                         self._tokenizer.count, images, floors, last, self.facts, transcript,
-                        index.text_total, index.all_images())
+                        index.text_total, index.all_images(), inline, frozenset(index.inline_ids))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
 from optictx.native import image_sizes, images_cost
+from optictx.packer import IN_PLACE
 from optictx.pieces import PageSegment
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, ladder_tiers, page_costs
 from optictx.turnindex import text_tokens
@@ -41,7 +42,16 @@ def _memory(msgs, budget, keep_recent, vision, tpp=200, policy="default"):
 
 
 def _fixed_tokens(mem):
+    """Tokens of the turns that stay text whatever the budget: system turns (the leading ones at
+    the front, later ones in place) and pinned turns."""
     return sum(text_tokens(t, mem.tokenizer) for t in mem.transcript() if t.role == "system" or t.pinned)
+
+
+def _front(mem):
+    """The prompt's fixed front: the system turns before any other turn, and the pinned turns."""
+    turns = mem.transcript()
+    leading = next((i for i, t in enumerate(turns) if t.role != "system"), len(turns))
+    return [t for i, t in enumerate(turns) if i < leading or t.pinned]
 
 
 def _context_or_error(mem):
@@ -83,17 +93,23 @@ def test_never_over_budget_else_budget_error_with_shortfall(mem):
 def test_system_and_pinned_turns_stay_text(mem):
     ctx = _fitted(mem)
     texts = {s.turn.id for s in ctx.text_segments if s.turn is not None}
+    front = {t.id for t in _front(mem)}
     for t in mem.transcript():
         if t.role == "system" or t.pinned:
             assert t.id in texts
-            assert not any(t.id in p.turn_ids for p in ctx.pages)
+            on_pages = [e.line.text for s in ctx.pages for e in s.page.entries if e.turn_id == t.id]
+            if t.id in front:
+                assert not on_pages
+            else:  # a system turn in place: a page shows only the line that says where its text is
+                assert on_pages in ([], [f"#{t.id} SYSTEM{IN_PLACE}"]), on_pages
 
 
 @PROPS
 @given(memories)
 def test_recent_turns_stay_text_while_they_fit(mem):
     ctx = _fitted(mem)
-    conversational = [t for t in mem.transcript() if t.role != "system" and not t.pinned]
+    front = {t.id for t in _front(mem)}
+    conversational = [t for t in mem.transcript() if t.id not in front]
     recent = mem.recent
     assert recent == conversational[len(conversational) - len(recent):]
     fixed = _fixed_tokens(mem)
@@ -114,7 +130,7 @@ def test_recent_turns_stay_text_while_they_fit(mem):
 @given(memories)
 def test_tool_calls_and_results_never_split(mem):
     ctx = _fitted(mem)
-    native = [s.turn for s in ctx.text_segments if s.kind == "recent"]
+    native = [s.turn for s in ctx.text_segments if s.kind in ("recent", "inline")]
     answered = {t.tool_call_id for t in mem.transcript() if t.role == "tool"}
     seen_calls: set[str] = set()
     for t in native:
@@ -157,14 +173,26 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
         assert [s.turn.id for s in ctx.segments] == [t.id for t in mem.transcript()]
         return
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
-    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "recent": 4}
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "inline": 3, "recent": 4}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+    # a turn in place sits between the pages that hold the turns before and after it
+    pages = sorted([*(s.page for s in ctx.pages), *ctx.gone], key=lambda p: p.index)
+    inline = [s.turn.id for s in ctx.segments if getattr(s, "kind", "") == "inline"]
+    assert inline == sorted(inline)
+    for tid in inline:
+        assert all(min(p.turn_ids) <= tid for p in ctx.pages if ctx.segments.index(p) < _at(ctx, tid))
+        assert all(min(p.turn_ids) > tid for p in ctx.pages if ctx.segments.index(p) > _at(ctx, tid))
+        assert [p for p in pages if min(p.turn_ids) <= tid], "a turn in place without a page before it"
     # factsheet parts: the dropped turns' opens the pages; every other one follows its sealed page
     for before, seg, kind in zip([None, *ctx.segments], ctx.segments, kinds):
         if kind == "factsheet" and seg.text.startswith(mem.factsheet.gone_header):
             assert before is None or before.kind in ("system", "pinned", "caption")
         elif kind == "factsheet":
             assert isinstance(before, PageSegment) and before.page.sealed and before.tier.is_image
+
+
+def _at(ctx, tid):
+    return next(i for i, s in enumerate(ctx.segments) if getattr(s, "kind", "") == "inline" and s.turn.id == tid)
 
 
 @PROPS
