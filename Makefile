@@ -2,13 +2,13 @@
 # they need; `make test` also installs Tesseract (Debian tesseract-ocr), Chromium (Debian chromium,
 # for the dashboard's browser test) and PostgreSQL (Debian postgresql, for the store and replica
 # tests, which start a throwaway cluster of their own) when running as root, and the Codex CLI
-# (npm, for the Responses API test).
+# and the Claude Code CLI (npm, for the Responses and Messages API tests with the real clients).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint bench tesseract chromium postgresql codex clean
+.PHONY: demo test test-long lint bench tesseract chromium postgresql codex claude clean
 
 # torch: a torch the base Python already has is reused (the venv then sees system packages);
 # otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
@@ -33,7 +33,7 @@ demo: $(VENV)/.core
 	$(VENV)/bin/optictx demo --out out/demo
 	@echo "optictx is in $(VENV)/bin: run $(VENV)/bin/optictx, or 'source $(VENV)/bin/activate' first"
 
-test: $(STAMP) tesseract chromium postgresql codex
+test: $(STAMP) tesseract chromium postgresql codex claude
 	$(PY) -m pytest -q -m "not slow"
 
 # The long variants, on SQLite and PostgreSQL: 100 SIGKILLs, 8 threads and 4 processes x 1,000
@@ -82,6 +82,16 @@ codex:
 	    timeout 600 npm install --silent --no-audit --no-fund --prefix build/codex @openai/codex@$(CODEX_VERSION) >/dev/null \
 	      || echo "could not install the Codex CLI: its test will skip"; \
 	  else echo "npm not found: the Codex CLI test will skip (sudo apt-get install npm)"; fi; }
+
+# The Claude Code CLI test drives the real Claude Code (npm's @anthropic-ai/claude-code, a test
+# peer like Codex) on its default model. Installed under build/claude; without npm its test skips.
+CLAUDE_VERSION ?= 2.1.332
+claude:
+	@test -x build/claude/node_modules/.bin/claude || { \
+	  if command -v npm >/dev/null 2>&1; then \
+	    timeout 600 npm install --silent --no-audit --no-fund --prefix build/claude @anthropic-ai/claude-code@$(CLAUDE_VERSION) >/dev/null \
+	      || echo "could not install the Claude Code CLI: its test will skip"; \
+	  else echo "npm not found: the Claude Code CLI test will skip (sudo apt-get install npm)"; fi; }
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

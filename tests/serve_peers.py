@@ -49,6 +49,8 @@ class Upstream:
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
     calls: list[tuple[str, str]] = field(default_factory=list)  # Responses API: the next answers are these
     #   function calls (name, arguments), each after an encrypted reasoning item, one per request
+    tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Messages API: the next
+    #   answers to requests that offer that tool are these tool_use blocks (name, input), streamed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -100,6 +102,33 @@ def _anthropic_events(model: str, text: str) -> list[bytes]:
             event("content_block_stop", {"index": 0}),
             event("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
                                     "usage": {"output_tokens": 11}}),
+            event("message_stop", {})]
+
+
+def _anthropic_usage(raw: bytes) -> dict[str, int]:
+    """Usage as Anthropic reports it, sized by the request (about 4 bytes a token): the prompt
+    read from the cache but for its newest part, which is written to it."""
+    total = max(10, len(raw) // 4)
+    return {"input_tokens": 3, "cache_creation_input_tokens": min(total - 3, 400),
+            "cache_read_input_tokens": max(0, total - 403), "output_tokens": 1}
+
+
+def _anthropic_tool_use(model: str, n: int, name: str, args: dict[str, Any], raw: bytes) -> list[bytes]:
+    """A streamed answer that asks for one tool call, with the usage of the request it answers."""
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+    start = {**_anthropic_answer(model, ""), "id": f"msg_{n}", "content": [], "stop_reason": None,
+             "usage": _anthropic_usage(raw)}
+    text = json.dumps(args)
+    return [event("message_start", {"message": start}),
+            event("content_block_start", {"index": 0, "content_block": {"type": "tool_use", "id": f"toolu_{n:04d}",
+                                                                        "name": name, "input": {}}}),
+            *(event("content_block_delta", {"index": 0, "delta": {"type": "input_json_delta",
+                                                                  "partial_json": text[i:i + 40]}})
+              for i in range(0, len(text), 40)),
+            event("content_block_stop", {"index": 0}),
+            event("message_delta", {"delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                    "usage": {"output_tokens": 20}}),
             event("message_stop", {})]
 
 
@@ -201,6 +230,16 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 return
             body = json.loads(raw)
             model = body.get("model", "m")
+            path = self.path.split("?", 1)[0]
+            tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+            offered = {t.get("name") for t in tools if isinstance(t, dict)}
+            if path == "/v1/messages" and state.tool_uses and state.tool_uses[0][0] in offered:
+                with state.lock:
+                    name, args = state.tool_uses.pop(0)
+                    number = len(state.arrivals)
+                self._send(200, b"".join(_anthropic_tool_use(model, number, name, args, raw)),
+                           kind="text/event-stream")
+                return
             if self.path == "/v1/messages/count_tokens":
                 self._send(200, json.dumps({"input_tokens": len(raw) // 4}).encode())
                 return
@@ -216,7 +255,7 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 return
             answer, events = {"/v1/messages": (_anthropic_answer, _anthropic_events),
                               "/v1/responses": (_responses_answer, _responses_events)}.get(
-                self.path, (_openai_answer, _openai_events))
+                path, (_openai_answer, _openai_events))
             if not body.get("stream"):
                 self._send(200, json.dumps(answer(model, state.reply)).encode(), {"x-request-id": "req-upstream-1"})
                 return
@@ -381,3 +420,60 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dic
         else:
             out.append({"role": role, "content": blocks})
     return system, out
+
+
+class Tap:
+    """A recorder between a client and the proxy, on 127.0.0.1: what the client sent, byte for
+    byte (the oracle for what the proxy must keep as it came), forwarded as it came, the answer
+    streamed back as it arrives."""
+
+    def __init__(self, target: str) -> None:
+        import httpx
+
+        self.sent: list[Arrival] = []
+        tap = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                if method == "POST":
+                    tap.sent.append(Arrival(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+                with httpx.Client(timeout=120) as http, http.stream(method, target + self.path, content=raw or None,
+                                                                    headers=headers) as r:
+                    self.send_response(r.status_code)
+                    for k, v in r.headers.items():
+                        if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                            self.send_header(k, v)
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for chunk in r.iter_bytes():
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.timeout = 0.2
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+        def loop() -> None:
+            for _ in range(MAX_REQUESTS):
+                if getattr(self.server, "stopping", False):
+                    break
+                self.server.handle_request()
+        threading.Thread(target=loop, daemon=True).start()
+
+    def stop(self) -> None:
+        stop_upstream(self.server)

@@ -23,6 +23,7 @@ from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS = 14
+TASK = "count for me"
 
 
 def _codex() -> str | None:
@@ -49,7 +50,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         # No sandbox: Codex's needs user namespaces, which a CI container may not give; the
         # commands are `seq`, in a temporary folder.
         run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                              "count for me"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                              TASK], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
                              stdin=subprocess.DEVNULL)
         assert run.returncode == 0, run.stderr[-2000:]
         assert upstream.reply in run.stdout
@@ -64,6 +65,11 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
                     assert items[n + 1]["type"] == "function_call"
             calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
             assert all(i["call_id"] in calls for i in items if i.get("type") == "function_call_output")
+        # The person's request is pinned, not Codex's environment note that comes before it: every
+        # request keeps it as Codex sent it, compressed or not.
+        asked = next(i for i in bodies[0]["input"] if i.get("role") == "user" and TASK in json.dumps(i))
+        assert "<environment_context>" in json.dumps(bodies[0]["input"]) and "<environment_context>" not in str(asked)
+        assert all(asked in body["input"] for body in bodies)
         pages = [p for i in bodies[-1]["input"] if isinstance(i.get("content"), list) for p in i["content"]
                  if p.get("type") == "input_image" and p["image_url"].startswith("data:image/png")]
         assert pages, "the session's old command outputs went as page images"

@@ -255,34 +255,47 @@ def test_an_unreachable_upstream_is_a_502_in_the_api_shape(tmp_path):
         p.stop()
 
 
-@pytest.mark.parametrize("raw, where", [
-    (b"{not json", "not JSON"),
-    (b'{"model": "gpt-4o"}', "messages"),
-    (b'{"model": "gpt-4o", "messages": [{"role": "wizard", "content": "x"}]}', "messages[0]"),
-    (b'{"model": "gpt-4o", "messages": [{"role": "tool", "content": "x"}]}', "tool_call_id"),
-    (b'[1, 2]', "JSON object"),
-])
-def test_malformed_requests_get_400_in_the_api_shape_and_store_nothing(proxy, upstream, raw, where):
+@pytest.mark.parametrize("raw, where", [(b"{not json", "not JSON"), (b"[1, 2]", "JSON object")])
+def test_a_body_that_is_not_a_json_object_gets_400_in_the_api_shape_and_stores_nothing(proxy, upstream, raw, where):
     with httpx.Client(base_url=proxy.url) as http:
         json_ = {"content-type": "application/json"}
         r = http.post("/v1/chat/completions", content=raw, headers={"authorization": "Bearer key-a", **json_})
-        ra = http.post("/v1/messages", content=raw.replace(b"wizard", b"system"),
-                       headers={"x-api-key": "key-a", **json_})
+        ra = http.post("/v1/messages", content=raw, headers={"x-api-key": "key-a", **json_})
     assert r.status_code == 400 and where in r.json()["error"]["message"]
     assert ra.status_code == 400 and ra.json()["type"] == "error"
     assert not upstream.arrivals
     assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
 
 
-@pytest.mark.parametrize("inner", [None, {"text": "no type"}, 7])
-def test_a_malformed_block_inside_a_tool_result_is_a_400(proxy, upstream, inner):
-    body = {"model": "claude-sonnet-4", "max_tokens": 10, "messages": [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "run", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [inner]}]}]}
+ODD = {"model": "claude-sonnet-4", "max_tokens": 10, "messages": [
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "run", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [None]}]}]}
+
+
+@pytest.mark.parametrize("path, raw, where", [
+    ("/v1/chat/completions", b'{"model": "gpt-4o"}', "messages"),
+    ("/v1/chat/completions", b'{"model": "gpt-4o", "messages": [{"role": "tool", "content": "x"}]}', "tool_call_id"),
+    ("/v1/chat/completions", b'{"model": "gpt-4o", "messages": [{"role": "user", "content": 5}]}', "messages[0]"),
+    ("/v1/messages", json.dumps(ODD).encode(), "messages[1].content[0].content[0]"),
+    ("/v1/messages", b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "a", "role": "x"}]}',
+     "twice"),
+    ("/v1/responses", b'{"model": "gpt-5", "input": [{"type": "function_call_output", "call_id": 7}]}', "input[0]"),
+])
+def test_a_request_the_proxy_does_not_understand_goes_as_it_came_and_says_where(proxy, upstream, path, raw, where):
+    """Never refuse what the upstream may take: the client's bytes go upstream unchanged, the
+    answer is relayed, X-Optictx-Fallback says what was not understood, and nothing is stored."""
+    from optictx.serve.answers import FALLBACKS
+
+    before = FALLBACKS["unknown-shape"]
+    auth = {"x-api-key": "key-a"} if path == "/v1/messages" else {"authorization": "Bearer key-a"}
     with httpx.Client(base_url=proxy.url) as http:
-        r = http.post("/v1/messages", json=body, headers={"x-api-key": "key-a"})
-    assert r.status_code == 400 and "content block" in r.json()["error"]["message"]
-    assert not upstream.arrivals
+        r = http.post(path, content=raw, headers={"content-type": "application/json", **auth})
+        status = http.get("/optictx/api/status").json()
+    assert r.status_code == 200, r.text
+    assert r.headers["x-optictx-fallback"].startswith("unknown-shape: ") and where in r.headers["x-optictx-fallback"]
+    assert [a.raw for a in upstream.arrivals] == [raw]
+    assert FALLBACKS["unknown-shape"] == before + 1 and status["fallbacks"]["unknown-shape"] >= 1
+    assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
 
 
 def test_oversized_bodies_unknown_paths_and_models(proxy, upstream):
@@ -462,12 +475,16 @@ def test_a_slow_upstream_is_a_504_after_the_timeout(upstream):
         p.stop()
 
 
-def test_a_turn_over_the_limits_is_a_400_and_leaves_no_conversation(proxy, upstream):
+def test_a_turn_over_the_limits_goes_as_it_came_and_leaves_no_conversation(proxy, upstream):
+    """The proxy cannot keep a turn over its limits, but the upstream may take it: it goes as it
+    came, saying why, and nothing of it is stored."""
     huge = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 16_000_001}]}
     with httpx.Client(base_url=proxy.url, timeout=60) as http:
         r = http.post("/v1/chat/completions", json=huge, headers={"authorization": "Bearer key-a"})
-    assert r.status_code == 400 and "max_turn_chars" in r.json()["error"]["message"]
-    assert not upstream.arrivals and proxy.proxy.ledger.conversations(_tenant("key-a")) == []
+    assert r.status_code == 200 and "max_turn_chars" in r.headers["x-optictx-fallback"]
+    assert r.headers["x-optictx-fallback"].startswith("too-large: ")
+    assert [a.body for a in upstream.arrivals] == [huge]
+    assert proxy.proxy.ledger.conversations(_tenant("key-a")) == []
 
 
 def _free_port() -> int:

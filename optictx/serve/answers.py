@@ -25,6 +25,9 @@ def error(dialect: Dialect, exc: ApiError) -> JSONResponse:
 # Failures since start, by what failed (`GET /optictx/api/status`): an operator sees them
 # counted, not only logged.
 INCIDENTS: Counter[str] = Counter()
+# Requests sent as they came, or with turns kept as they came, by why (`X-Optictx-Fallback`, its
+# part before the colon): "unknown-shape", "kept-as-sent", "upstream-state", "budget", "too-large".
+FALLBACKS: Counter[str] = Counter()
 
 
 def incident(what: str, kind: str = "error") -> str:

@@ -9,19 +9,72 @@ from typing import Any
 from ..context import Context
 from ..errors import TurnError
 from ..export import MARK, to_anthropic
+from ..turnindex import AS_SENT
 from ..turns import to_turn
 from .body import Splice
-from .dialect import ApiError, Parsed, as_sent, model_and_messages, nothing_fits, unmarked
+from .dialect import (
+    ApiError,
+    Parsed,
+    Unknown,
+    as_sent,
+    first_unknown,
+    model_and_messages,
+    nothing_fits,
+    plain,
+    unmarked,
+)
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
+
+
+# The content blocks the proxy understands, each with the fields it may carry. A message with
+# another block or field is kept as it came, in place (`turnindex.AS_SENT`), or, where it holds a
+# tool call or result (whose pair a page could split), the whole request goes as it came.
+_BLOCKS: dict[str, frozenset[str]] = {
+    "text": frozenset({"type", "text", "cache_control"}),
+    "image": frozenset({"type", "source", "cache_control"}),
+    "tool_use": frozenset({"type", "id", "name", "input", "cache_control"}),
+    "tool_result": frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}),
+    "thinking": frozenset({"type", "thinking", "signature"}),
+    "redacted_thinking": frozenset({"type", "data"}),
+}
+_IN_RESULTS = ("text", "image")  # the blocks a tool result's content may hold
+_MESSAGE = frozenset({"role", "content"})
+_LINKED = ("tool_use", "tool_result")
+
+
+def _blocks_of(value: Any, where: str) -> list[dict[str, Any]]:
+    """A list of blocks, each an object with a string type (Unknown otherwise)."""
+    if not isinstance(value, list):
+        raise Unknown(where)
+    for j, block in enumerate(value):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise Unknown(f"{where}[{j}]")
+    return value
+
+
+def _strange(message: dict[str, Any], where: str) -> str | None:
+    """Where a well-formed message holds a field or a block the proxy does not understand."""
+    odd = first_unknown(message, _MESSAGE, where)
+    content = message["content"]
+    for j, block in enumerate([] if isinstance(content, str) else content):
+        at = f"{where}.content[{j}]"
+        known = _BLOCKS.get(block["type"])
+        if known is None:
+            return odd or f"{at}.type={block['type'][:40]}"
+        odd = odd or first_unknown(block, known, at)
+        inner = block.get("content") if block["type"] == "tool_result" else None
+        for k, part in enumerate(_blocks_of(inner, f"{at}.content") if isinstance(inner, list) else []):
+            if part["type"] not in _IN_RESULTS:
+                return odd or f"{at}.content[{k}].type={part['type'][:40]}"
+            odd = odd or first_unknown(part, _BLOCKS[part["type"]], f"{at}.content[{k}]")
+    return odd
 
 
 def _part(block: dict[str, Any]) -> dict[str, Any]:
     """A content block as an OpenAI-style part: images become image_url parts, so that their
     size is read and priced like any client image; other blocks are kept as they are, less the
     markers a client moves between requests (`dialect.MARKERS`)."""
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str):  # inside a tool_result
-        raise ApiError("a content block is an object with a string type", param="messages")
     block = unmarked(block)
     if block["type"] == "image" and isinstance(source := block.get("source"), dict):
         if source.get("type") == "base64":
@@ -38,18 +91,26 @@ def _result(content: Any) -> Any:
 
 def _turns(i: int, message: Any) -> list[tuple[dict[str, Any], Any]]:
     """One message as OpenAI-style turn dicts, each with what the client sent for it: a user
-    message's tool_result blocks become tool turns (before the rest, as the API orders them)."""
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise ApiError(f"messages[{i}]: a message is an object with role user or assistant", param=f"messages[{i}]")
-    role, content = message["role"], message.get("content")
+    message's tool_result blocks become tool turns (before the rest, as the API orders them); a
+    system message (a beta of the API) is a system turn in place; a message with what the proxy
+    does not understand is kept as it came, in place (Unknown where it holds a tool call or result)."""
+    where = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise Unknown(where)
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(content, str):
+        content = _blocks_of(content, f"{where}.content")
+    strange = _strange(message, where) if role in ("user", "assistant", "system") else f"{where}.role"
+    if strange is not None:
+        if not isinstance(content, str) and any(b["type"] in _LINKED for b in content):
+            raise Unknown(strange)
+        kept = role if role in ("user", "assistant", "system") else "user"
+        parts = content if isinstance(content, str) else [_part(b) for b in content]
+        return [({"role": kept, "content": parts, "metadata": {AS_SENT: strange}}, message)]
     if isinstance(content, str):
         return [({"role": role, "content": content}, message)]
-    if not isinstance(content, list):
-        raise ApiError(f"messages[{i}].content: a string or a list of blocks", param=f"messages[{i}].content")
-    for j, block in enumerate(content):
-        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise ApiError(f"messages[{i}].content[{j}]: a block is an object with a string type",
-                           param=f"messages[{i}].content[{j}]")
+    if role == "system":
+        return [({"role": "system", "content": [_part(b) for b in content]}, message)]
     if role == "assistant":
         calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input") or {}}}
                  for b in content if b["type"] == "tool_use"]
@@ -102,22 +163,24 @@ def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
 class AnthropicMessages:
     name = provider = "anthropic"
 
-    def parse(self, body: Any, raw: bytes) -> Parsed:
+    def parse(self, body: dict[str, Any], raw: bytes) -> Parsed:
         model, messages = model_and_messages(body)
         system = body.get("system")
         pairs: list[tuple[dict[str, Any], Any]] = []
-        if system:
-            if not isinstance(system, (str, list)):
-                raise ApiError("system: a string or a list of text blocks", param="system")
-            pairs.append(({"role": "system", "content": unmarked(system)}, None))
+        # The system prompt is turn 0 (it stays the client's, in `system`); with none, a system
+        # message in `messages` still comes after it, so it stays where it is (`TurnIndex.note`).
+        if system or any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+            if not isinstance(system, (str, list, type(None))):
+                raise Unknown("system")
+            pairs.append(({"role": "system", "content": unmarked(system or "")}, None))
         for i, message in enumerate(messages):
             pairs.extend(_turns(i, message))
         turns = []
-        for fields, _ in pairs:
+        for n, (fields, _) in enumerate(pairs):
             try:
-                turns.append(to_turn(fields))
+                turns.append(to_turn(plain(fields)))
             except TurnError as exc:
-                raise ApiError(f"messages: {exc}", param="messages") from exc
+                raise Unknown("system" if n == 0 and system else f"messages: {exc}") from exc
         return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(o for _, o in pairs))
 
     def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:

@@ -23,7 +23,7 @@ from .config import ServeConfig
 from .conversations import tenant_of
 from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
-from .guards import LOCKED, InFlight, allowed, body, framed, json_typed, loads, local_only
+from .guards import LOCKED, InFlight, allowed, body, framed, json_typed, local_only, read
 from .meter import Usage, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
@@ -60,6 +60,13 @@ class Tenants:
             limiter.release()
             if limiter.borrowed_tokens == 0 and limiter.statistics().tasks_waiting == 0:
                 self._limiters.pop(tenant, None)
+
+
+def _with_query(path: str, request: Request) -> str:
+    """The upstream path with the client's query string, as it came (Claude Code's SDK asks
+    `/v1/messages?beta=true`)."""
+    query = request.url.query
+    return f"{path}?{query}" if query else path
 
 
 async def _gone(request: Request) -> None:
@@ -106,7 +113,7 @@ class Server:
 
     async def prepare(self, request: Request, dialect: Dialect, raw: bytes, keep: bool) -> tuple[Parsed, Fitted]:
         """The request parsed and fitted (ApiError, or an error `answers.refused` words)."""
-        parsed = dialect.parse(loads(raw), raw)
+        parsed = read(dialect, raw)
         return parsed, await self.tenants.run(tenant_of(request.headers), self.proxy.fit, dialect, parsed,
                                               request.headers, keep=keep)
 
@@ -131,8 +138,8 @@ class Server:
                     incident(f"conversation {sent.conversation}: the request's record was not stored",
                              "answer relayed, record lost")
 
-            upstream = self.upstream(dialect)
-            return await self._relayed(request, lambda: upstream.post(path, fitted.body, request.headers,
+            upstream, target = self.upstream(dialect), _with_query(path, request)
+            return await self._relayed(request, lambda: upstream.post(target, fitted.body, request.headers,
                                                                       parsed.stream, dialect, extra, done), done)
 
     async def _relayed(self, request: Request, call: Callable[[], Awaitable[Response]],
@@ -177,7 +184,8 @@ class Server:
         async def work() -> Response:
             async with self._read(request) as raw:
                 _, fitted = await self.prepare(request, ANTHROPIC, raw, keep=False)
-                return await self.upstream(ANTHROPIC).post("/v1/messages/count_tokens", fitted.body, request.headers,
+                return await self.upstream(ANTHROPIC).post(_with_query("/v1/messages/count_tokens", request),
+                                                           fitted.body, request.headers,
                                                            False, ANTHROPIC, {"x-optictx-vision": fitted.sent.vision})
 
         return await answered(ANTHROPIC, work)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import secrets
 import threading
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..memory import Memory
 from ..turns import Turn
+from ..words import first_said, said
 from .dialect import ApiError
 from .ledger import Ledger
 from .meter import Meter
@@ -58,39 +58,10 @@ def tenant_of(headers: Mapping[str, str], *, personal: bool = False) -> str:
     return hashlib.sha256(b"optictx tenant\0" + secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-# What agents wrap around a user's words (Claude Code's <system-reminder>, Codex's
-# <environment_context>, each starting a line): not what a person would call the conversation. Looked for in a bounded
-# head of each message, a bounded number of times: a title never costs more than a glance.
-_OPEN = re.compile(r"<([A-Za-z][\w-]*)[^<>]*>")
-_HEAD, _TAGS = 65_536, 200
-
-
-def _outside_tags(text: str) -> str:
-    parts, pos, unclosed = [], 0, set()
-    for _ in range(_TAGS):
-        if (m := _OPEN.search(text, pos)) is None:
-            break
-        name = m.group(1)
-        opens_a_line = text[:m.start()].endswith("\n") or not text[:m.start()].strip()
-        end = -1 if name in unclosed or not opens_a_line else text.find(f"</{name}>", m.end())
-        if end < 0:  # not a wrapper (inline, or never closed): its text stays
-            unclosed.add(name)
-            parts.append(text[pos : m.end()])
-            pos = m.end()
-        else:
-            parts.append(text[pos : m.start()] + " ")
-            pos = end + len(name) + 3
-    parts.append(text[pos:])
-    return "".join(parts)
-
-
 def title_of(turns: Sequence[Turn]) -> str:
-    """A conversation's title: the start of its first user message that says something outside
-    an agent's tags, on one line."""
-    for t in turns:
-        if t.role == "user" and (words := " ".join(_outside_tags(t.text[:_HEAD]).split())):
-            return words[:120]
-    return ""
+    """A conversation's title: the start of the person's first words (`words.said`)."""
+    first = first_said(turns)
+    return "" if first is None else said(turns[first])[:120]
 
 
 def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .answers import INCIDENTS, answered
+from .answers import FALLBACKS, INCIDENTS, answered
 from .openai_api import OPENAI
 
 if TYPE_CHECKING:
@@ -56,9 +56,10 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         return JSONResponse({"id": cid, "requests": rows})
 
     async def status(request: Request) -> Response:
-        """What went wrong since start, counted (details in the log), and whose conversations a
-        request sees: the same for every tenant."""
-        return JSONResponse({"incidents": dict(INCIDENTS),
+        """What went wrong since start, counted (details in the log), the requests sent as they
+        came (or with turns kept as they came) by why, and whose conversations a request sees:
+        the same for every tenant."""
+        return JSONResponse({"incidents": dict(INCIDENTS), "fallbacks": dict(FALLBACKS),
                              "tenancy": "personal" if proxy.config.personal else "per-key"})
 
     def latest(request: Request) -> Context | None:

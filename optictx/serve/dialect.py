@@ -29,6 +29,20 @@ class ApiError(OptictxError):
         return {**out, "connection": "close"} if self.close else out
 
 
+class Unknown(Exception):
+    """A part of a request the proxy does not understand, at `where` ("messages[3].content[1]"):
+    the request goes upstream as it came (`Parsed.passthrough`), never refused, since the
+    upstream may take what the proxy does not know (clients add betas, roles and block types
+    every few weeks). Only a body that is not a JSON object, or over the size bound, is refused."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where[:200]
+
+
+UNKNOWN_SHAPE = "unknown-shape: {where}"  # X-Optictx-Fallback for a request sent as it came for that
+
+
 @dataclass(frozen=True)
 class Parsed:
     """A request's body and its messages as turns; `originals[i]` is what the client sent for
@@ -36,7 +50,7 @@ class Parsed:
     positions: the memory a request is fitted through holds exactly its turns, in order, from id
     0 (`Conversations.holding` finds or forks one that does), so a dialect writes turn `t` back as
     `originals[t.id]`. `passthrough`: why the request goes upstream as it came, outside any
-    conversation (it leans on state the upstream keeps)."""
+    conversation (it leans on state the upstream keeps, or its shape is not understood)."""
 
     body: dict[str, Any]
     raw: bytes
@@ -45,6 +59,14 @@ class Parsed:
     turns: tuple[Turn, ...]
     originals: tuple[Any, ...]
     passthrough: str | None = None
+
+    @classmethod
+    def as_it_came(cls, body: Any, raw: bytes, why: str) -> Parsed:
+        """A request that goes upstream as it came, outside any conversation, for `why`."""
+        fields = body if isinstance(body, dict) else {}
+        model = fields.get("model")
+        return cls(fields, raw, model if isinstance(model, str) else "", fields.get("stream") is True, (), (),
+                   passthrough=why)
 
 
 class Dialect(Protocol):
@@ -84,6 +106,19 @@ def unmarked(value: Any) -> Any:
     return value
 
 
+def plain(fields: dict[str, Any]) -> dict[str, Any]:
+    """A turn's fields with a content of one text part, and nothing else in it, as that text: a
+    client writes one message either way from one request to the next (Claude Code puts its
+    system message in a block while it marks it for the cache, and in a string after), and
+    both are one turn of one conversation."""
+    content = fields.get("content")
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and \
+            content[0].keys() == {"type", "text"} and content[0]["type"] == "text" and \
+            isinstance(content[0]["text"], str):
+        return {**fields, "content": content[0]["text"]}
+    return fields
+
+
 # What goes when not one turn fits the budget (both APIs refuse a request without messages).
 NOTHING_FITS = ("(the conversation does not fit the context budget of {budget} tokens; "
                 "raise it with the X-Optictx-Budget header)")
@@ -100,15 +135,19 @@ def nothing_fits(ctx: Context) -> list[dict[str, Any]]:
     return [{"role": "user", "content": NOTHING_FITS.format(budget=ctx.budget.limit)}]
 
 
-def model_and_messages(body: Any, messages: str = "messages") -> tuple[str, Any]:
-    """The model and the messages (`messages`: the field that holds them), required and checked,
-    and the tools if any (ApiError naming the field that is wrong)."""
-    if not isinstance(body, dict):
-        raise ApiError("the request body must be a JSON object")
+def model_and_messages(body: dict[str, Any], messages: str = "messages") -> tuple[str, list[Any]]:
+    """The model and the messages (`messages`: the field that holds them), and the tools if any,
+    as the proxy understands them (Unknown naming the field otherwise)."""
     for name, kind in (("model", str), (messages, list)):
         if not isinstance(body.get(name), kind) or not body[name]:
-            raise ApiError(f"{name}: a non-empty {kind.__name__} is required", param=name)
+            raise Unknown(name)
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise ApiError("tools: a list of tool objects", param="tools")
+        raise Unknown("tools")
     return body["model"], body[messages]
+
+
+def first_unknown(value: dict[str, Any], known: frozenset[str] | set[str], where: str) -> str | None:
+    """Where `value` has a field not in `known` (the first, in sorted order), or None."""
+    extra = sorted(k for k in value if k not in known)
+    return f"{where}.{extra[0][:40]}" if extra else None

@@ -1,7 +1,9 @@
 """What a request must be before the proxy reads it: from loopback or with the proxy key, for
 this host (DNS rebinding) and not from a web page (Origin), JSON on the API routes, framed one
-way only (request smuggling), within the bytes the proxy takes at once, and JSON without
-duplicate keys (so what is stored and what is sent agree). Each refusal is an ApiError."""
+way only (request smuggling), within the bytes the proxy takes at once, and a JSON object. Each
+refusal is an ApiError. What the body says is the dialect's to read (`read`): a body the proxy
+does not wholly understand, duplicate keys included, goes upstream as it came, never stored (so
+what is stored and what is sent agree)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from urllib.parse import urlsplit
 from starlette.requests import ClientDisconnect, Request
 
 from .config import ServeConfig, is_loopback
-from .dialect import ApiError
+from .dialect import UNKNOWN_SHAPE, ApiError, Dialect, Parsed, Unknown
 
 LOCKED = "this proxy takes requests with its key only (X-Optictx-Key)"
 
@@ -115,15 +117,36 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ApiError(f"the request body gives the key {key[:60]!r} twice in one object; give it once")
+            raise Unknown(f"the key {key[:60]!r} twice in one object")
         out[key] = value
     return out
 
 
 def loads(raw: bytes) -> Any:
-    """The body as JSON, refusing an object with a key twice (a proxy that kept the last one
-    while the upstream kept the first would store one request and send another)."""
+    """The body as JSON (ApiError when it is not). An object with a key twice is Unknown: a proxy
+    that kept the last one while the upstream kept the first would store one request and send
+    another, so such a request goes as it came, never stored."""
     try:
         return json.loads(raw, object_pairs_hook=_no_duplicates)
-    except (ValueError, RecursionError) as exc:  # an ApiError (a key twice) is neither
+    except (ValueError, RecursionError) as exc:  # Unknown (a key twice) is neither
         raise ApiError(f"the request body is not JSON ({str(exc)[:120]})") from exc
+
+
+def read(dialect: Dialect, raw: bytes) -> Parsed:
+    """A request parsed by its API's dialect. Only a body that is not a JSON object is refused
+    (ApiError): one the proxy does not wholly understand goes upstream as it came
+    (`Parsed.passthrough`), since the upstream may well take it."""
+    try:
+        body = loads(raw)
+    except Unknown as exc:
+        try:
+            body = json.loads(raw)  # what a lenient upstream reads; the proxy keeps none of it
+        except (ValueError, RecursionError) as bad:
+            raise ApiError(f"the request body is not JSON ({str(bad)[:120]})") from bad
+        return Parsed.as_it_came(body, raw, UNKNOWN_SHAPE.format(where=exc.where))
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    try:
+        return dialect.parse(body, raw)
+    except Unknown as exc:
+        return Parsed.as_it_came(body, raw, UNKNOWN_SHAPE.format(where=exc.where))

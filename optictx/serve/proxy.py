@@ -13,8 +13,11 @@ from pathlib import Path
 
 from ..context import Context
 from ..cost import vision_of_model
-from ..errors import BudgetError
+from ..errors import BudgetError, TurnTooLargeError
 from ..memory import Memory
+from ..turnindex import AS_SENT
+from ..words import first_said
+from .answers import FALLBACKS
 from .config import ServeConfig
 from .conversations import Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
@@ -71,8 +74,9 @@ def overhead(memory: Memory, parsed: Parsed) -> int:
 
 
 def pin_task(parsed: Parsed) -> Parsed:
-    """The first user message pinned: the task statement stays text in every context."""
-    first = next((i for i, t in enumerate(parsed.turns) if t.role == "user"), None)
+    """The person's first words pinned (`words.first_said`: not a message an agent wrote for
+    itself, such as Codex's environment context): the task stays text in every context."""
+    first = first_said(parsed.turns)
     if first is None or parsed.turns[first].pinned:
         return parsed
     turns = list(parsed.turns)
@@ -131,30 +135,38 @@ class Proxy:
             at: float | None = None) -> Fitted:
         """Fit `parsed` through its conversation. `keep=False` (token counting): a conversation
         that holds exactly these turns is used, else a memory that is thrown away afterwards.
-        `at`: the request's time (default now; a replay gives its own clock)."""
+        `at`: the request's time (default now; a replay gives its own clock). A request that
+        goes as it came, or whose turns are partly kept as they came, says why
+        (`Fitted.fallback`), counted by kind (`FALLBACKS`)."""
+        fitted = self._fit(dialect, parsed, headers, keep, at)
+        if fitted.fallback is None and fitted.context is not None and not fitted.context.verbatim:
+            kept = [t.metadata[AS_SENT] for t in parsed.turns if AS_SENT in t.metadata]
+            fitted = replace(fitted, fallback=f"kept-as-sent: {kept[-1]}") if kept else fitted
+        if fitted.fallback is not None:
+            FALLBACKS[fitted.fallback.split(":", 1)[0]] += 1
+        return fitted
+
+    def _as_it_came(self, dialect: Dialect, parsed: Parsed, tenant: str, why: str) -> Fitted:
+        log.info("a %s request sent as it came: %s", dialect.name, why)
+        record = Sent("-", tenant, dialect.name, parsed.model, vision_for(parsed.model, dialect.provider,
+                      self.config.vision), 0, 0, 0, True, {})
+        return Fitted(parsed.raw, record, None, why)
+
+    def _fit(self, dialect: Dialect, parsed: Parsed, headers: Mapping[str, str], keep: bool,
+             at: float | None) -> Fitted:
         name, budget = self.settings(headers)
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
-            log.info("a %s request sent as it came: %s", dialect.name, parsed.passthrough)
-            record = Sent("-", tenant, dialect.name, parsed.model, vision_for(parsed.model, dialect.provider,
-                          self.config.vision), 0, 0, 0, True, {})
-            return Fitted(parsed.raw, record, None, parsed.passthrough)
+            return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
         if self.config.pin_task:
             parsed = pin_task(parsed)
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
-        if not keep:
-            held = self.conversations.exactly(tenant, name, parsed.turns)
-            if held is not None:
-                try:
-                    return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision, commit=False)
-                finally:
-                    held.lock.release()
-            memory = self.memory(None)
-            with memory.batch():
-                for t in parsed.turns:
-                    memory.add(t)
-            return self._fitted(memory, "-", tenant, dialect, parsed, budget, vision)
-        conv = self.conversations.holding(tenant, name, parsed.turns)
+        try:
+            if not keep:
+                return self._counted(dialect, parsed, tenant, name, budget, vision)
+            conv = self.conversations.holding(tenant, name, parsed.turns)
+        except TurnTooLargeError as exc:  # it cannot be kept; the upstream may still take it
+            return self._as_it_came(dialect, parsed, tenant, f"too-large: {str(exc)[:160]}")
         try:
             fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision, at=at)
             conv.last = fitted.context
@@ -167,6 +179,22 @@ class Proxy:
         finally:
             conv.lock.release()
             self.drawahead.after(conv)
+
+    def _counted(self, dialect: Dialect, parsed: Parsed, tenant: str, name: str | None, budget: int,
+                 vision: str) -> Fitted:
+        """Token counting: through the conversation that holds exactly these turns, else a
+        memory thrown away afterwards; nothing is kept."""
+        held = self.conversations.exactly(tenant, name, parsed.turns)
+        if held is not None:
+            try:
+                return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision, commit=False)
+            finally:
+                held.lock.release()
+        memory = self.memory(None)
+        with memory.batch():
+            for t in parsed.turns:
+                memory.add(t)
+        return self._fitted(memory, "-", tenant, dialect, parsed, budget, vision)
 
     def _fitted(self, memory: Memory, conversation: str, tenant: str, dialect: Dialect, parsed: Parsed,
                 budget: int, vision: str, *, commit: bool = True, at: float | None = None) -> Fitted:

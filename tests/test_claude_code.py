@@ -1,0 +1,165 @@
+"""The real Claude Code CLI (`@anthropic-ai/claude-code` from the npm registry; `make test`
+installs it under build/claude) on its default model, through `optictx serve`, against a small
+real upstream on 127.0.0.1 that speaks the Messages API and asks for tool calls (Bash, Read,
+Grep, Edit): Claude Code runs them and sends their results back, so one `claude -p` makes a
+session of many requests, as a user's would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import needs
+
+pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
+
+from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.conversations import tenant_of  # noqa: E402
+
+from serve_peers import Proxy, Tap, start_upstream, stop_upstream  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "Tidy up calc.py in this folder and check the numbers."
+BUDGET = 24_000  # tokens: Claude Code's tools and system prompt take about 11k of it; pages come late
+
+
+def claude() -> str | None:
+    """The Claude Code CLI to test with: $OPTICTX_CLAUDE, one on PATH, or the one `make claude`
+    installs under build/claude."""
+    found = os.environ.get("OPTICTX_CLAUDE") or shutil.which("claude")
+    local = ROOT / "build" / "claude" / "node_modules" / ".bin" / "claude"
+    return found or (str(local) if local.exists() else None)
+
+
+def _workspace(path: Path) -> Path:
+    path.mkdir()
+    (path / "calc.py").write_text("".join(
+        f"def step_{i}(a, b):\n    \"\"\"Step {i} of the pipeline.\"\"\"\n    return a * {i} + b\n\n\n"
+        for i in range(40)))
+    (path / "notes.txt").write_text("".join(f"note {i}: the value of step {i} is {i * 7}\n" for i in range(200)))
+    return path
+
+
+def script(work: Path) -> list[tuple[str, dict]]:
+    """The tool calls the upstream asks for, in order: shell commands, reads, searches and edits."""
+    calc, notes = str(work / "calc.py"), str(work / "notes.txt")
+    calls: list[tuple[str, dict]] = [("Read", {"file_path": calc})]
+    for k in range(8):
+        calls += [("Bash", {"command": f"seq {k * 1000} {k * 1000 + 400}", "description": f"count block {k}"}),
+                  ("Grep", {"pattern": f"step_{k}", "path": str(work), "output_mode": "content", "-n": True}),
+                  ("Read", {"file_path": notes, "offset": k * 20 + 1, "limit": 60})]
+    calls += [("Edit", {"file_path": calc, "old_string": f"    return a * {i} + b\n",
+                        "new_string": f"    return a * {i} - b\n"}) for i in (3, 5, 7)]
+    calls += [("Bash", {"command": "grep -c ' - b' calc.py", "description": "count the edits"}),
+              ("Read", {"file_path": calc, "offset": 1, "limit": 30})]
+    return calls
+
+
+def run_claude(binary: str, proxy_url: str, work: Path, home: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`claude -p TASK` as a new user runs it: its default model, no settings of its own."""
+    env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": proxy_url, "ANTHROPIC_API_KEY": "sk-ant-test",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    env.pop("ANTHROPIC_MODEL", None)
+    return subprocess.run([binary, "-p", TASK, "--allowedTools", "Bash,Read,Grep,Edit,Write,Glob",
+                           "--permission-mode", "acceptEdits", "--output-format", "json", *extra],
+                          env=env, cwd=work, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _tokens(messages: list[dict]) -> list[str]:
+    """A request's messages as comparable pieces: a system message whole, any other message's
+    blocks one by one (the proxy merges messages of one role, never changes a block it keeps)."""
+    out = []
+    for m in messages:
+        if m["role"] == "system" or isinstance(m["content"], str):
+            out.append(json.dumps(m, sort_keys=True))
+        else:
+            out += [json.dumps([m["role"], b], sort_keys=True) for b in m["content"]]
+    return out
+
+
+def _kept_in_order(client: list[dict], upstream: list[dict]) -> bool:
+    """The client's pieces that the upstream got are a subsequence of what the client sent (pages
+    stand in for the rest), and that subsequence holds every system message: each in place."""
+    sent, got = _tokens(client), _tokens(upstream)
+    known, at, matched = set(sent), 0, []
+    for piece in got:
+        if piece in known:
+            while at < len(sent) and sent[at] != piece:
+                at += 1
+            if at == len(sent):
+                return False
+            matched.append(at)
+            at += 1
+    systems = [i for i, piece in enumerate(sent) if piece.startswith('{"content"') and '"role": "system"' in piece]
+    return set(systems) <= set(matched)
+
+
+def _pairs_intact(body: dict) -> bool:
+    """Every tool_result answers a tool_use of the message just before it."""
+    messages = body["messages"]
+    for prev, m in zip([None, *messages], messages):
+        results = [b["tool_use_id"] for b in m["content"] if isinstance(m["content"], list)
+                   and b.get("type") == "tool_result"]
+        before = (prev or {}).get("content") or []
+        uses = {b["id"] for b in before if isinstance(b, dict) and b.get("type") == "tool_use"}
+        if any(r not in uses for r in results):
+            return False
+    return True
+
+
+def _marks(body: dict) -> int:
+    blocks = [*(body.get("system") if isinstance(body.get("system"), list) else []), *body.get("tools", []),
+              *(b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])]
+    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+
+def test_claude_code_on_its_default_model_is_one_conversation_that_sends_pages(tmp_path):
+    binary = claude()
+    if binary is None:
+        pytest.skip("Claude Code CLI not installed (make claude: npm install --prefix build/claude "
+                    "@anthropic-ai/claude-code)")
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    if version.returncode != 0:
+        pytest.skip(f"Claude Code CLI at {binary} does not run here: {(version.stderr or version.stdout)[-300:]}")
+    work = _workspace(tmp_path / "work")
+    upstream, server = start_upstream()
+    upstream.tool_uses = script(work)
+    calls = len(upstream.tool_uses)
+    proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=BUDGET))
+    tap = Tap(proxy.url)
+    try:
+        run = run_claude(binary, tap.url, work, tmp_path / "home")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        result = json.loads(run.stdout)
+        assert result["result"] == upstream.reply and not result["is_error"]
+        assert calls >= 30 and not upstream.tool_uses, "every scripted tool call was asked for"
+        assert (work / "calc.py").read_text().count(" - b\n") == 3, "Claude Code ran the edits"
+        session = [a for a in upstream.arrivals if a.path.startswith("/v1/messages") and a.body.get("tools")]
+        assert len(session) == calls + 1
+        bodies = [a.body for a in session]
+        sent = [a.body for a in tap.sent if a.body.get("tools")]
+        assert len(sent) == len(bodies)
+        assert list(result["modelUsage"]) == [bodies[0]["model"]]  # no --model: its default, whatever it is today
+        # Its system messages inside `messages` (the mid-conversation-system beta; an environment
+        # note first, reminders later) reach the upstream as the client sent them, in place.
+        assert sum(m["role"] == "system" for m in sent[-1]["messages"]) >= 2, "system messages mid-session"
+        for client, body in zip(sent, bodies):
+            assert _kept_in_order(client["messages"], body["messages"])
+            assert _pairs_intact(body) and _marks(body) <= 4
+        pages = [b for m in bodies[-1]["messages"] if isinstance(m["content"], list) for b in m["content"]
+                 if b.get("type") == "image" and b["source"]["media_type"] == "image/png"]
+        assert pages, "late in the session, old tool results went as page images"
+        tenant = tenant_of({}, personal=True)
+        conversations = proxy.proxy.ledger.conversations(tenant)
+        assert len(conversations) == 1 and conversations[0]["requests"] == calls + 1
+        events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
+        assert events[0] == "verbatim" and {"paid", "forced"} & set(events)
+        assert all(r["status"] == 200 for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"]))
+    finally:
+        proxy.stop()
+        tap.stop()
+        stop_upstream(server)
