@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from optictx.cost import get_cost_model
-from optictx.eval.bill import MODELS, anthropic_blocks, anthropic_body, gaps_arg, load_session, replay, risk_arg
+from optictx.eval.bill import MODELS, gaps_arg, replay, risk_arg
+from optictx.eval.bodies import anthropic_blocks, anthropic_body
+from optictx.eval.sessions import load_session
 from optictx.promptcache import PromptCache, Request
 
 

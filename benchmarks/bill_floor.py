@@ -23,7 +23,8 @@ from pathlib import Path
 
 from optictx import Memory
 from optictx.cost import get_cost_model
-from optictx.eval.bill import anthropic_blocks, anthropic_body, load_session
+from optictx.eval.bodies import anthropic_blocks, anthropic_body
+from optictx.eval.sessions import load_session
 from optictx.promptcache import CACHE_PRICING, PromptCache, Request
 from optictx.tiers import Tier
 

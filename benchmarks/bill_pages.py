@@ -16,7 +16,9 @@ import statistics
 import time
 from pathlib import Path
 
-from optictx.eval.bill import MODELS, anthropic_body, load_session, openai_body
+from optictx.eval.bill import MODELS
+from optictx.eval.bodies import anthropic_body, openai_body
+from optictx.eval.sessions import load_session
 from optictx.readers import TesseractReader, char_accuracy
 from optictx.serve.anthropic_api import ANTHROPIC
 from optictx.serve.config import ServeConfig

@@ -24,7 +24,8 @@ from pathlib import Path
 
 
 def dump(sessions: list[str], out: Path, api: str) -> None:
-    from optictx.eval.bill import anthropic_body, load_session, openai_body
+    from optictx.eval.bodies import anthropic_body, openai_body
+    from optictx.eval.sessions import load_session
 
     body, model = (anthropic_body, "claude-sonnet-4-5") if api == "anthropic" else (openai_body, "gpt-4o")
 

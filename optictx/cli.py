@@ -277,9 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     bill = sub.add_parser("bill", help="what recorded sessions cost, request by request, as they came and "
                           "through optictx, with the provider's prompt cache counted")
-    bill.add_argument("sessions", nargs="+", help="SESSION.jsonl files or folders of them")
-    bill.add_argument("--provider", nargs="+", default=["anthropic"], choices=[*BILL_PROVIDERS],
-                      help="whose cache rules and prices (default anthropic)")
+    bill.add_argument("sessions", nargs="+", help="SESSION.jsonl files or folders of them: OpenAI-style messages "
+                      "(with a .usage.json beside), Claude Code transcripts (~/.claude/projects/*/*.jsonl) or Codex "
+                      "rollouts (~/.codex/sessions/YYYY/MM/DD/*.jsonl)")
+    bill.add_argument("--provider", nargs="+", choices=[*BILL_PROVIDERS],
+                      help="whose cache rules and prices (default: each session's client's: anthropic for Claude "
+                      "Code and messages, openai:gpt-5 for Codex)")
     bill.add_argument("--vision", default="auto", choices=["auto", *COST_MODELS],
                       help="cost model; auto: by the provider's model (default)")
     bill.add_argument("--budget", type=int, help="X-Optictx-Budget on every request (default: the proxy's)")
@@ -308,11 +311,11 @@ def cmd_bill(args: argparse.Namespace) -> int:
     from .eval.bill import replay, report, sessions
 
     found = list(sessions(args.sessions))
-    for provider in args.provider:
+    for provider in args.provider or [None]:
         bills = []
-        for session in each(found, f"bill {provider}", "session"):
-            b = replay(session, provider, budget=args.budget, gap=args.gap_seconds, vision=args.vision,
-                       risk=args.risk)
+        for session in each(found, f"bill {provider or 'each'}", "session"):
+            b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
+                       vision=args.vision, risk=args.risk)
             bills.append(b)
             s = b.summary()
             if args.json:
@@ -322,18 +325,32 @@ def cmd_bill(args: argparse.Namespace) -> int:
                 for r in b.rows:
                     print(f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
                           f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}")
-            money = s["dollars"]
-            dollars = f"  ${money[0]:.2f} -> ${money[1]:.2f}" if money[0] is not None else ""
-            print(f"{provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
-                  f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
-                  f"{s['optictx_tokens']}, events {s['events']}")
+            print(_bill_line(b.provider, s))
         total = report(bills)
-        print(json.dumps({"provider": provider, **total}) if args.json else
-              f"{provider}: {total['sessions']} sessions, {total['requests']} requests: optictx costs "
+        label = provider or "each session's provider"
+        print(json.dumps({"provider": label, **total}) if args.json else
+              f"{label}: {total['sessions']} sessions, {total['requests']} requests: optictx costs "
               f"{total['ratio']}x pass-through (cost in base-input tokens {total['passthrough_cost']} -> "
               f"{total['optictx_cost']}); sessions above 1.0x: {total['sessions_above_1']}; worst "
               f"{total['worst']}")
     return 0
+
+
+def _bill_line(provider: str, s: dict[str, Any]) -> str:
+    """One session's bill on one line: as it came and through optictx, then what the provider
+    reported beside the replay's "as it came", with where the two part."""
+    money = s["dollars"]
+    dollars = f"  ${money[0]:.2f} -> ${money[1]:.2f}" if money[0] is not None else ""
+    line = (f"{provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
+            f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
+            f"{s['optictx_tokens']}, events {s['events']}")
+    if s["billed_cost"] is not None:
+        line += f"\n  billed as it came {s['billed_cost']} ({s['billed_tokens']} prompt tokens reported)"
+        if s["gap"] is not None:
+            line += (f"; the replay's as it came is {s['passthrough_cost'] - s['billed_cost']:+d}: "
+                     f"{s['gap']['counting']:+d} from counting tokens with cl100k_base, "
+                     f"{s['gap']['cache']:+d} from the cache read and written otherwise")
+    return line
 
 
 def cmd_train_reader(args: argparse.Namespace) -> int:

@@ -117,7 +117,40 @@ def _marks(body: dict) -> int:
     return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
 
 
-def test_claude_code_on_its_default_model_is_one_conversation_that_sends_pages(tmp_path):
+def _unmarked(message: dict) -> dict:
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return {"role": message["role"], "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]}
+
+
+def _bill_reads_the_transcript(home: Path, sent: list[dict], arrivals: list, capsys) -> None:
+    """`optictx bill` on the transcript Claude Code wrote: every request's messages as the client
+    sent them (the tap's record, cache marks aside), and the usage the upstream reported for
+    each call as the billed column."""
+    from optictx.cli import main
+    from optictx.eval.bodies import native_body
+    from optictx.eval.sessions import load_session
+
+    from serve_peers import _anthropic_answer, _anthropic_usage
+
+    [transcript] = (home / ".claude" / "projects").glob("*/*.jsonl")
+    session = load_session(transcript)
+    assert len(session.calls) == len(sent)
+    for k, client in enumerate(sent):
+        assert [_unmarked(m) for m in native_body(session, k)["messages"]] == [_unmarked(m) for m in client["messages"]]
+    assert native_body(session, 0)["tools"] == client["tools"]  # recorded by this version
+    assert main(["bill", str(transcript), "--json"]) == 0
+    bill = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert bill["requests"] == len(sent) and bill["provider"] == "anthropic"
+    # what the upstream reported: sized by each request it asked a tool for, fixed for its last answer
+    reported = [*(_anthropic_usage(a.raw) for a in arrivals[:-1]), _anthropic_answer("m", "")["usage"]]
+    assert bill["billed_tokens"] == sum(u["input_tokens"] + u["cache_read_input_tokens"] +
+                                        u["cache_creation_input_tokens"] for u in reported)
+    gap = bill["gap"]
+    assert gap["counting"] + gap["cache"] == pytest.approx(bill["passthrough_cost"] - bill["billed_cost"], abs=2)
+
+
+def test_claude_code_on_its_default_model_is_one_conversation_that_sends_pages(tmp_path, capsys):
     binary = claude()
     if binary is None:
         pytest.skip("Claude Code CLI not installed (make claude: npm install --prefix build/claude "
@@ -159,6 +192,7 @@ def test_claude_code_on_its_default_model_is_one_conversation_that_sends_pages(t
         events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
         assert events[0] == "verbatim" and {"paid", "forced"} & set(events)
         assert all(r["status"] == 200 for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"]))
+        _bill_reads_the_transcript(tmp_path / "home", sent, session, capsys)
     finally:
         proxy.stop()
         tap.stop()

@@ -32,7 +32,31 @@ def _codex() -> str | None:
     return found or (str(local) if local.exists() else None)
 
 
-def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(tmp_path):
+def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
+    """`optictx bill` on the rollout Codex wrote: one request per call, the first as Codex sent it
+    (it went upstream as it came, so the upstream's record is the client's), and the usage the
+    upstream reported for every call as the billed column."""
+    from optictx.cli import main
+    from optictx.eval.bodies import native_body
+    from optictx.eval.sessions import load_session
+
+    from serve_peers import _responses_answer
+
+    [rollout] = (home / "sessions").glob("*/*/*/rollout-*.jsonl")
+    session = load_session(rollout)
+    assert len(session.calls) == len(bodies)
+    first, sent = native_body(session, 0)["input"], bodies[0]["input"]
+    assert first[1:] == sent[1:]
+    # The base instructions as the rollout keeps them: Codex sends a variant of them for its model.
+    assert first[0]["role"] == sent[0]["role"] == "developer"
+    assert first[0]["content"][0]["text"][:60] == sent[0]["content"][0]["text"][:60]
+    assert main(["bill", str(rollout), "--json"]) == 0
+    bill = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert bill["requests"] == len(bodies) and bill["provider"] == "openai:gpt-5"
+    assert bill["billed_tokens"] == len(bodies) * _responses_answer("m", "")["usage"]["input_tokens"]
+
+
+def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(tmp_path, capsys):
     codex = _codex()
     if codex is None:
         pytest.skip("Codex CLI not installed (make codex: npm install --prefix build/codex @openai/codex)")
@@ -78,6 +102,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         assert len(conversations) == 1 and conversations[0]["requests"] == CALLS + 1
         events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
         assert events[0] == "verbatim" and "append" in events[1:] and "forced" in events
+        _bill_reads_the_rollout(tmp_path, bodies, capsys)
     finally:
         proxy.stop()
         stop_upstream(server)

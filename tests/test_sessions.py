@@ -1,0 +1,90 @@
+"""Recorded sessions as `optictx bill` reads them: every file it is given is checked where it is
+read, and a bad one is one line naming the file, the line and the field, never a traceback, a
+hang or a read of the whole file into memory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from optictx import io
+from optictx.cli import main
+from optictx.errors import ConversationFileError
+from optictx.eval.sessions import load_session
+
+MESSAGES = [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1"},
+            {"role": "user", "content": "more"}, {"role": "assistant", "content": "2"}]
+CALL = {"message": 1, "input_tokens": 5, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 10}
+
+
+def _session(tmp_path, sidecar) -> str:
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in MESSAGES))
+    (tmp_path / "s.usage.json").write_text(sidecar if isinstance(sidecar, str) else json.dumps(sidecar))
+    return str(path)
+
+
+@pytest.mark.parametrize("sidecar, field", [
+    ({}, "calls"), ([], "the file"), ({"calls": []}, "calls"), ({"calls": [5]}, "calls[0]"),
+    ({"calls": [{**CALL, "message": -1}]}, "calls[0].message"), ({"calls": [{**CALL, "message": 10**9}]}, "message"),
+    ({"calls": [{**CALL, "input_tokens": True}]}, "calls[0].input_tokens"),
+    ({"calls": [{**CALL, "cache_read_input_tokens": -3}]}, "cache_read_input_tokens"),
+    ('{"calls": [{"message": 1, "input_tokens": 1' + "0" * 400 + "}]}", "input_tokens"),
+    ({"calls": [{**CALL, "message": 3}, CALL]}, "calls[1].message"), ("{not json", "not JSON"),
+])
+def test_a_sidecar_of_the_wrong_shape_is_an_error_naming_its_field(tmp_path, capsys, sidecar, field):
+    path = _session(tmp_path, sidecar)
+    with pytest.raises(ConversationFileError, match="s.usage.json") as err:
+        load_session(path)
+    assert field in str(err.value)
+    assert main(["bill", path]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and field in out.err and out.err.count("\n") == 1
+
+
+def test_what_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, capsys):
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer came
+    zero = tmp_path / "zero.jsonl"
+    zero.symlink_to("/dev/zero")  # reading it would never end
+    for path in (fifo, zero):
+        assert main(["bill", str(path)]) == 2
+        assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_line_longer_than_the_bound_is_an_error_not_a_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "MAX_LINE", 1000)
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "x" * 5000}) + "\n")
+    with pytest.raises(ConversationFileError, match="long.jsonl:1: a line longer than 1000 bytes"):
+        load_session(path)
+
+
+@pytest.mark.parametrize("record, field", [
+    ({"type": "assistant", "sessionId": "s", "message": {"role": "assistant", "content": [], "usage": 5}},
+     "message.usage"),
+    ({"type": "assistant", "sessionId": "s", "message": {"role": "assistant", "content": [], "id": "m",
+                                                         "usage": {"input_tokens": -1}}}, "input_tokens"),
+    ({"type": "user", "sessionId": "s", "message": {"role": "user", "content": 7}}, "message.content"),
+    ({"type": "user", "sessionId": "s", "message": {"role": "wizard", "content": "x"}}, "message.role"),
+])
+def test_a_claude_code_transcript_record_of_the_wrong_shape_names_its_line_and_field(tmp_path, record, field):
+    path = tmp_path / "t.jsonl"
+    good = {"type": "user", "sessionId": "s", "message": {"role": "user", "content": "hi"}}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(ConversationFileError, match=r"t\.jsonl, line 2: ") as err:
+        load_session(path)
+    assert field in str(err.value)
+
+
+def test_a_codex_rollout_that_reports_more_cached_than_its_prompt_is_refused(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    records = [{"type": "session_meta", "payload": {"base_instructions": {"text": "be careful"}}},
+               {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": "go"}]}},
+               {"type": "token_usage_record", "payload": {"usage": {"input_tokens": 10, "cached_input_tokens": 11}}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ConversationFileError, match="line 3: payload.usage.cached_input_tokens"):
+        load_session(path)
