@@ -7,7 +7,15 @@ as page images (pip install 'optictx[langchain]').
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+from optictx.errors import MissingExtraError, need
+
+try:  # an optional framework: say which extra installs it rather than fail on a bare import
+    need("langchain_core", "langchain")
+except MissingExtraError as exc:
+    sys.exit(f"this example needs {exc} (from this clone: .venv/bin/pip install -e '.[langchain]')")
 
 from langchain_core.messages import HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder

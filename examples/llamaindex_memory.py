@@ -7,7 +7,15 @@ as ImageBlocks (pip install 'optictx[llamaindex]'). MockLLM stands in for a real
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+from optictx.errors import MissingExtraError, need
+
+try:  # an optional framework: say which extra installs it rather than fail on a bare import
+    need("llama_index.core", "llamaindex")
+except MissingExtraError as exc:
+    sys.exit(f"this example needs {exc} (from this clone: .venv/bin/pip install -e '.[llamaindex]')")
 
 from llama_index.core.base.llms.types import ImageBlock
 from llama_index.core.chat_engine import SimpleChatEngine

@@ -82,3 +82,13 @@ except optictx.MissingExtraError as exc:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'optictx[{extra}]'" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("example", "blocked", "extra"), [("langchain_history.py", {"langchain_core"}, "langchain"),
+                                                          ("llamaindex_memory.py", {"llama_index"}, "llamaindex")])
+def test_an_example_without_its_framework_says_which_extra_to_install(example, blocked, extra):
+    path = Path(__file__).resolve().parent.parent / "examples" / example
+    script = _BLOCK.format(blocked=blocked) + f"import runpy; runpy.run_path({str(path)!r}, run_name='__main__')"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f".venv/bin/pip install -e '.[{extra}]'" in out.stderr, out.stderr

@@ -4,6 +4,7 @@ records what arrives. What reaches the upstream and what the client gets back ar
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -358,6 +359,44 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
         # The plan state came back too: the body is what one process would have sent.
         assert upstream.last("/v1/chat/completions").body == reference.send({"model": "deepseek-ocr",
                                                                                "messages": history})[0]
+    finally:
+        p.stop()
+
+
+def test_after_a_restart_the_dashboard_shows_the_latest_requests_pages_again(upstream, tmp_path, sample):
+    """The pages of a conversation's latest request are drawn again from its plan state after a
+    restart: the same pages, the same pixels, as the model got them."""
+    config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s",
+                         tenancy="per-key")
+    auth = {"authorization": "Bearer key-a"}
+
+    def dashboard(p: Proxy, cid: str) -> tuple[dict, list[bytes]]:
+        with httpx.Client(base_url=p.url) as http:
+            pages = http.get(f"/optictx/api/conversations/{cid}/pages", headers=auth)
+            assert pages.status_code == 200, pages.text
+            shown = pages.json()
+            return shown, [http.get(f"/optictx/api/conversations/{cid}/pages/{q['n']}.png", headers=auth).content
+                           for q in shown["pages"] if q["image"]]
+
+    p = Proxy(config)
+    try:
+        for end in (60, 70, 80):  # a growing conversation, the last request compressed
+            r = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:end])
+        cid = r.headers["x-optictx-conversation"]
+        before, pngs = dashboard(p, cid)
+    finally:
+        p.stop()
+    sent = [b for m in upstream.last("/v1/chat/completions").body["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b["type"] == "image_url"]
+    assert before["pages"] and len(pngs) == len(sent) > 0  # what the model got, page for page
+    assert [base64.b64decode(b["image_url"]["url"].split(",", 1)[1]) for b in sent] == pngs
+    p = Proxy(config)
+    try:
+        after, again = dashboard(p, cid)
+        assert after == before and again == pngs
+        with httpx.Client(base_url=p.url) as http:  # another key sees nothing of it
+            other = http.get(f"/optictx/api/conversations/{cid}/pages", headers={"authorization": "Bearer key-b"})
+        assert other.status_code == 404
     finally:
         p.stop()
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..context import Context
 from ..memory import Memory
 from ..turns import Turn
 from ..words import first_said, said
@@ -226,6 +227,31 @@ class Conversations:
         with self._lock:
             conv = self._open.get(conversation)
         return conv if conv is not None and conv.tenant == tenant else None
+
+    def latest(self, tenant: str, conversation: str) -> Context | None:
+        """The latest context the tenant's conversation sent (None: none, or another tenant's):
+        kept while the conversation is open; after a restart, or once it was
+        closed, drawn again from its memory's plan state with the newest request's budget,
+        vision and time, which give the same context (nothing new appended, the cache as warm
+        as it was)."""
+        conv = self.find(tenant, conversation)
+        if conv is not None and conv.last is not None:
+            return conv.last  # type: ignore[return-value]
+        row = self.ledger.latest(tenant, conversation)
+        if row is None:
+            return None
+        with self._lock:
+            conv = self._get(conversation)
+        if conv is None or conv.tenant != tenant:
+            return None
+        self._acquire(conv)
+        try:
+            if conv.last is None and not conv.closed:
+                conv.last = conv.memory.context(budget=row["budget"], vision=row["vision"], commit=False,
+                                                at=row["at"])
+            return conv.last  # type: ignore[return-value]
+        finally:
+            conv.lock.release()
 
     def close(self) -> None:
         with self._lock:

@@ -62,13 +62,17 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         return JSONResponse({"incidents": dict(INCIDENTS), "fallbacks": dict(FALLBACKS),
                              "tenancy": "personal" if proxy.config.personal else "per-key"})
 
-    def latest(request: Request) -> Context | None:
-        conv = proxy.conversations.find(proxy.tenant(request.headers), request.path_params["cid"])
-        return None if conv is None else conv.last  # type: ignore[return-value]
+    async def latest(request: Request) -> Context | None:
+        """The latest context of the caller's conversation (after a restart, drawn again: it may
+        reopen the memory, so off the event loop)."""
+        cid = request.path_params["cid"]
+        if not _ID.fullmatch(cid):
+            return None
+        return await run_in_threadpool(proxy.conversations.latest, proxy.tenant(request.headers), cid)
 
     async def pages(request: Request) -> Response:
         """The latest context's pages: tier, turns, tokens and the text each replaced."""
-        ctx = latest(request)
+        ctx = await latest(request)
         if ctx is None:
             return JSONResponse(_UNKNOWN, 404)
         return JSONResponse({"gone": len(ctx.gone), "vision": ctx.vision.name, "pages": [
@@ -77,7 +81,7 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
 
     async def page_image(request: Request) -> Response:
         """One page of the latest context, as the model received it (full size, at its tier)."""
-        ctx, n = latest(request), request.path_params["n"]
+        ctx, n = await latest(request), request.path_params["n"]
         if ctx is None or not 0 <= n < len(ctx.pages) or not ctx.pages[n].tier.is_image:
             return JSONResponse(_UNKNOWN, 404)
         png = await run_in_threadpool(lambda: base64.b64decode(ctx.pages[n].png_base64()))

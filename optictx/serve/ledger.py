@@ -38,8 +38,10 @@ CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, convers
 # dollars: optictx's prompt and the conversation as it came, modeled under the provider's cache
 # rules (serve/meter.py), and what the upstream said it billed (NULL: it said nothing).
 # A conversation's title: the start of its first user message (`conversations.title_of`).
+# The budget the memory planned the request's context to (the request's less its tools), which with
+# its time and vision draws that context again after a restart (`Conversations.latest`).
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
-                       "passthrough_usd {real}", "billed_usd {real}", "usage TEXT"),
+                       "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -68,6 +70,8 @@ class Sent:
     passthrough_usd: float | None = None
     billed_usd: float | None = None
     usage: str | None = None  # the upstream's usage, as JSON (meter.Usage)
+    budget: int | None = None  # the context's budget (None: no context was planned)
+    at: float | None = None  # when it was planned (None: when it is recorded)
 
 
 _CHUNK = 500  # digests per lookup: under every SQLite build's limit of bound parameters
@@ -137,11 +141,11 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  "usage) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  (sent.conversation, sent.tenant, time.time(), sent.api, _text(sent.model), sent.vision, sent.turns,
-                   sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status, sent.event,
-                   sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd, sent.billed_usd,
-                   sent.usage),
+                  "usage, budget) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
+                   sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
+                   sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
+                   sent.billed_usd, sent.usage, sent.budget),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
@@ -164,6 +168,12 @@ class Ledger:
                          "ORDER BY id", (tenant, conversation))
         return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8]),
                  "usage": json.loads(r[-1]) if r[-1] else None} for r in rows]
+
+    def latest(self, tenant: str, conversation: str) -> dict[str, Any] | None:
+        """The conversation's newest request that planned a context: its time, vision and budget."""
+        row = self._run("SELECT at, vision, budget FROM {p}requests WHERE tenant = ? AND conversation = ? "
+                        "AND budget IS NOT NULL ORDER BY id DESC LIMIT 1", (tenant, conversation))
+        return dict(zip(("at", "vision", "budget"), row[0])) if row else None
 
     def owner(self, conversation: str) -> str | None:
         row = self._run("SELECT tenant FROM {p}conversations WHERE id = ?", (conversation,))

@@ -167,12 +167,12 @@ class Proxy:
             conv = self.conversations.holding(tenant, name, parsed.turns)
         except TurnTooLargeError as exc:  # it cannot be kept; the upstream may still take it
             return self._as_it_came(dialect, parsed, tenant, f"too-large: {str(exc)[:160]}")
+        at = time.time() if at is None else at
         try:
             fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision, at=at)
             conv.last = fitted.context
             sent = fitted.sent
-            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model,
-                                       time.time() if at is None else at)
+            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at)
             return replace(fitted, charge=charge, sent=replace(
                 sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
                 passthrough_usd=charge.passthrough_usd))
@@ -210,7 +210,7 @@ class Proxy:
                           original, True, {})
             return Fitted(parsed.raw, record, None, "budget")
         record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
-                      ctx.tokens + extra, ctx.verbatim, tiers_of(ctx), event=ctx.event)
+                      ctx.tokens + extra, ctx.verbatim, tiers_of(ctx), event=ctx.event, budget=ctx.budget.limit, at=at)
         return Fitted(body, record, ctx)
 
     def close(self) -> None:
