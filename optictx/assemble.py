@@ -34,6 +34,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
         segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
     factsheet(-1)
     in_place = list(snap.in_place(plan.cut))
+    master = snap.pack.layout.config.size
 
     def inline(before: int | None) -> None:  # the turns in place with ids below `before` (None: all)
         while in_place and (before is None or in_place[0].id < before):  # type: ignore[operator]
@@ -44,7 +45,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
         inline(plan.pages[0].entries[0].turn_id)
     for i, (page, tier, price) in enumerate(zip(plan.pages, plan.actual, plan.costs)):
         if tier is not Tier.GONE:
-            paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier))
+            paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier, master))
             segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
         # In place: after the last page that starts before it (one that shows its line), the
         # page sent or not.

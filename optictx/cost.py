@@ -15,7 +15,8 @@ from typing import Literal
 
 from .errors import ConfigError
 from .kv import KV_PRESETS, KVGeometry
-from .tiers import Tier
+from .renderers import RenderConfig
+from .tiers import MASTER, Tier
 from .tokens import Tokenizer, get_tokenizer
 
 
@@ -37,15 +38,16 @@ class CostModel:
         """Counts the consumer's text tokens; cl100k_base (offline) unless a subclass knows better."""
         return get_tokenizer()
 
-    def tier_size(self, tier: Tier) -> tuple[int, int]:
-        side = tier.side
+    def tier_size(self, tier: Tier, master: int = MASTER) -> tuple[int, int]:
+        """The image size of a page drawn `master` px square, at `tier`."""
+        side = tier.side_at(master)
         if side is None:
             raise ConfigError(f"{tier.name} is not an image tier")
         return side, side
 
-    def page_tokens(self, tier: Tier) -> int:
-        """Decoder tokens for one square page at `tier`."""
-        return self.image_tokens(tier, self.tier_size(tier))
+    def page_tokens(self, tier: Tier, master: int = MASTER) -> int:
+        """Decoder tokens for one square page at `tier` (a page drawn `master` px square)."""
+        return self.image_tokens(tier, self.tier_size(tier, master))
 
     @property
     def image_detail(self) -> str | None:
@@ -227,6 +229,15 @@ class QwenVL(CostModel):
         return self.paper_tokens(tier, size) + 2
 
 
+# Pages for a consumer that prices pixels, not images (Anthropic: tokens = w*h/750, "Images and
+# vision"): drawn 2730 px square with today's glyphs, so TINY (the 1280 page's 512, scaled alike)
+# is 1092 x 1092, the largest square Claude takes without resizing it (~1.19 MP), and the text on
+# it is the size TINY text always was. One such page costs what 4.5 TINY pages of 1280 cost, holds
+# as much, counts once against the 100 images a request may carry, and its five columns are 39
+# characters wide, where most code lines fit (BENCHMARKS.md, "Pages that keep a program's shape").
+PIXEL_PRICED = RenderConfig(size=2730, margin=48, columns=5, gutter=40, tokens_per_page=5000)
+
+
 @dataclass(frozen=True)
 class VisionProfile:
     """What optictx knows of one consumer of page images, under one name (`Memory(vision=NAME)`):
@@ -238,6 +249,10 @@ class VisionProfile:
     models: tuple[str, ...] = ()  # substrings of lower-cased model names priced as it; the longest match wins
     cache: str = "local"
     kv: KVGeometry | None = None
+    render: RenderConfig | None = None  # the page geometry its pages are drawn at (None: RenderConfig())
+    # ... for memories whose budget is at least this: a page of that geometry costs ~1,600 tokens
+    # (Claude), and a budget of a few of them would have nothing to fade or drop but whole pages.
+    render_budget: int = 32_000
 
     @property
     def name(self) -> str:
@@ -264,7 +279,7 @@ PROFILES: MappingProxyType[str, VisionProfile] = MappingProxyType({p.name: p for
                   cache="openai:gpt-4.1"),
     VisionProfile(OpenAIPatches("openai:gpt-4.1-nano", multiplier=2.46), cache="openai:gpt-4.1"),
     # Anthropic "Images and vision" docs: w*h/750 after the long-edge resize
-    VisionProfile(Anthropic("anthropic"), ("claude",), cache="anthropic"),
+    VisionProfile(Anthropic("anthropic"), ("claude",), cache="anthropic", render=PIXEL_PRICED),
     # Gemini API token docs (2.x): 258 per 768-px tile
     VisionProfile(Gemini("gemini"), ("gemini",), cache="gemini"),
     # transformers image_processing_qwen2_vl smart_resize defaults (one token per 28x28 px)

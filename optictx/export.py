@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .cost import CostModel
+from .images import MEDIA_TYPE
 from .pieces import PageSegment, Piece
 from .turnindex import AS_SENT
 from .turns import Turn, check_json, image_url
@@ -29,13 +30,13 @@ class Prompt(Protocol):
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 
 
-# How a page's image is written: its PNG as base64 text, or what a caller puts in its place (the
+# How a page's image is written: its image (`images.MEDIA_TYPE`) as base64 text, or what a caller puts in its place (the
 # proxy writes a placeholder and splices the text into the JSON it writes: `serve/body.py`).
 Image = Callable[[PageSegment], str]
 
 
 def _data_url(page: PageSegment, image: Image | None) -> str:
-    return f"data:image/png;base64,{(image or PageSegment.png_base64)(page)}"
+    return f"data:{MEDIA_TYPE};base64,{(image or PageSegment.image_base64)(page)}"
 
 
 def _openai_parts(middle: list[PageSegment | str], detail: str | None, image: Image | None) -> list[dict[str, Any]]:
@@ -169,8 +170,8 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
 
 
 def _page_block(page: PageSegment, image: Image | None) -> dict[str, Any]:
-    data = (image or PageSegment.png_base64)(page)
-    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    data = (image or PageSegment.image_base64)(page)
+    return {"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:

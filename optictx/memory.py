@@ -67,7 +67,7 @@ class Memory(PolicyFields):
         self.policy = Policy.from_kwargs(policy, policy_fields)
         self.vision = get_cost_model(vision)
         self.budget = as_budget(budget)
-        self.render = as_render(render)
+        self.render = as_render(render, self.vision, self.budget)
         self.tokens_per_page = self.render.tokens_per_page if tokens_per_page is None else check_int(
             tokens_per_page, "tokens_per_page", MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE)
         check_int(image_cache_bytes, "image_cache_bytes", 0)

@@ -23,7 +23,7 @@ MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE = 16, 65_536  # a page holds ~1,000 at 
 
 # Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
 # by an older optictx are re-packed instead of mixed with new ones.
-PACK_VERSION = 3
+PACK_VERSION = 4
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
 
@@ -31,6 +31,13 @@ _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
 # What a page shows of a turn that stays text in place (`TurnIndex.note`): its header and where
 # its text is, since the pages are read in order and it sits between them.
 IN_PLACE = " \u2192 after page"
+
+
+def short_id(call_id: str) -> str:
+    """A tool call's id as a page shows it: enough to pair a call with its result on the pages
+    around it ("…kiZ1" for toolu_01W9LCHJ6mYamqQfjEYBkiZ1); the transcript keeps the whole id, and
+    a call and its result always follow each other on the pages."""
+    return call_id if len(call_id) <= 8 else "\u2026" + call_id[-4:]
 
 
 def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
@@ -41,7 +48,7 @@ def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
     if turn.name:
         head += f" \u00b7 {turn.name}"
     if turn.tool_call_id:
-        head += f" [{turn.tool_call_id}]"
+        head += f" [{short_id(turn.tool_call_id)}]"
     if in_place:
         return [Block(head + IN_PLACE, "header")]
     blocks = [Block(head, "header")]
@@ -59,7 +66,7 @@ def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
         if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
             blocks.append(Block(text[pos:].strip("\n"), "text"))
     for call in turn.tool_calls:
-        blocks.append(Block(f"call {call.function.name}({call.function.arguments})  [{call.id}]", "code"))
+        blocks.append(Block(f"call {call.function.name}({call.function.arguments}) [{short_id(call.id)}]", "code"))
     return blocks
 
 
@@ -121,7 +128,7 @@ def _page_from_blob(blob: str, index: int, style: str) -> Page:
     body = json.loads(blob)
     entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n))
                     for tid, style_, height, n, text in body["lines"])
-    if not entries or any(e.line.style not in ("header", "text", "code", "rule") for e in entries):
+    if not entries or any(e.line.style not in ("header", "text", "code", "wrap", "rule") for e in entries):
         raise ConfigError(f"stored page {index} is malformed")
     return Page(index, entries, True, style, int(body["tokens"]))
 

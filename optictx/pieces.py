@@ -82,8 +82,9 @@ class PageSegment:
         columns one after the other instead of across them."""
         return self.images.boxes(self.page, self.tier) if self.tier.is_image else []
 
-    def png_base64(self) -> str:
-        return self.images.png_base64(self.page, self.tier)
+    def image_base64(self) -> str:
+        """The image as sent (`images.MEDIA_TYPE`), base64 text."""
+        return self.images.image_base64(self.page, self.tier)
 
 
 Segment = TextSegment | PageSegment

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .cost import CostModel
 from .errors import ConfigError
-from .tiers import IMAGE_TIERS, Tier
+from .tiers import IMAGE_TIERS, MASTER, Tier
 
 
 class Ladder(Protocol):
@@ -98,9 +98,11 @@ def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...], floor: 
     return PageCost(text_tokens, dict(per_tier), floor)
 
 
-def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Tier] | None = None) -> list[PageCost]:
-    """Cost tables for pages of these text sizes (and gate floors); equal ones share one table."""
-    per_tier = tuple((t, model.page_tokens(t)) for t in IMAGE_TIERS)  # square pages: same for all
+def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Tier] | None = None,
+               master: int = MASTER) -> list[PageCost]:
+    """Cost tables for pages of these text sizes (and gate floors), drawn `master` px square;
+    equal ones share one table."""
+    per_tier = tuple((t, model.page_tokens(t, master)) for t in IMAGE_TIERS)  # square pages: same for all
     floors = floors or [Tier.GONE] * len(text_tokens)
     return [_page_cost(n, per_tier, f) for n, f in zip(text_tokens, floors)]
 

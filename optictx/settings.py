@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from .budget import Budget
+from .cost import PROFILES, CostModel
 from .errors import ConfigError, StoreError
 from .limits import Limits
 from .renderers import RenderConfig
@@ -101,9 +102,15 @@ def check_int(value: Any, field: str, lo: int, hi: int | None = None) -> int:
     return value
 
 
-def as_render(value: Any) -> RenderConfig:
+def as_render(value: Any, vision: CostModel | None = None, budget: Budget | None = None) -> RenderConfig:
+    """The render config given, or (None) the one the vision model's profile draws its pages at
+    (`VisionProfile.render`: a consumer that prices pixels takes larger pages) where the budget
+    holds a few dozen of them, else the default."""
     if value is None:
-        return RenderConfig()
+        profile = PROFILES.get(vision.name) if vision is not None else None
+        if profile is None or profile.render is None or (budget is not None and budget.limit < profile.render_budget):
+            return RenderConfig()
+        return profile.render
     if isinstance(value, RenderConfig):
         return value
     if isinstance(value, (str, Path)):

@@ -24,8 +24,16 @@ class Tier(str, Enum):
 
     @property
     def side(self) -> int | None:
-        """Side in px of the square image sent for this tier; None for TEXT and GONE."""
+        """Side in px of the square image sent for this tier of a 1280-px page (DeepSeek-OCR's
+        modes); None for TEXT and GONE."""
         return _SIDE.get(self)
+
+    def side_at(self, master: int) -> int | None:
+        """Side in px of this tier's image of a page drawn `master` px square: the same scale as
+        at 1280 (a page drawn larger, for a consumer that prices pixels, shrinks by the same
+        factors, so its text reads the same at each tier); None for TEXT and GONE."""
+        side = _SIDE.get(self)
+        return None if side is None else side if master == MASTER else round(master * side / MASTER)
 
     @property
     def is_image(self) -> bool:
@@ -37,6 +45,7 @@ class Tier(str, Enum):
 
 # GUNDAM sends the full master; the consumer tiles it (DeepSeek-OCR: 2x2 tiles of 640 + a 1024
 # global view for a square 1280 page). The other sides are DeepSeek-OCR's native modes.
+MASTER = 1280  # the page side DeepSeek-OCR's tier sizes are of
 _SIDE = {Tier.GUNDAM: 1280, Tier.LARGE: 1280, Tier.BASE: 1024, Tier.SMALL: 640, Tier.TINY: 512}
 for _i, _t in enumerate(Tier):
     _t.rank = 6 - _i
@@ -47,20 +56,30 @@ _FILTERS = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BIC
             "hamming": Image.Resampling.HAMMING}
 
 
+def greys(img: Image.Image, levels: int) -> Image.Image:
+    """`img` (greyscale) with `levels` evenly spaced greys (256: as it is): a page's glyph edges
+    need no more to read the same (BENCHMARKS.md, "Bytes"), and fewer make far smaller files."""
+    if levels >= 256:
+        return img
+    step = 255 / (levels - 1)
+    return img.point([round(round(v / step) * step) for v in range(256)])
+
+
 def tier_image(
-    master: Image.Image, tier: Tier, *, downscale: str = "reduce-bilinear", gamma: float = 1.0
+    master: Image.Image, tier: Tier, *, downscale: str = "reduce-bilinear", gamma: float = 1.0, levels: int = 256
 ) -> Image.Image:
-    """The master downscaled to the tier's side; the master itself when sizes match.
+    """The master downscaled to the tier's side (the master itself when sizes match), in
+    `levels` greys.
 
     An integer factor (1280 -> 640) is an exact box average (`reduce`), the rest of the way
     (640 -> 512, 1280 -> 1024) bilinear: Tesseract reads them as well as direct Lanczos at a
     fraction of the time (BENCHMARKS.md, "Building a 100k-token memory").
     """
-    side = tier.side
+    side = tier.side_at(master.width)
     if side is None:
         raise ConfigError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
     if master.size == (side, side):
-        return master
+        return greys(master, levels)
     if downscale in _FILTERS:
         img = master.resize((side, side), _FILTERS[downscale])
     else:
@@ -71,7 +90,7 @@ def tier_image(
             img = img.resize((side, side), Image.Resampling.BILINEAR)
     if gamma != 1.0:
         img = img.point([round(255 * (v / 255) ** gamma) for v in range(256)] * len(img.getbands()))
-    return img
+    return greys(img, levels)
 
 
 GUNDAM_TILE = 640  # DeepSeek-OCR's Gundam: Small-sized tiles of the master ...

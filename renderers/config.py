@@ -44,6 +44,9 @@ class RenderConfig(BaseModel):
     body_font: Literal["sans", "mono"] = Field("sans", description="DejaVu face for prose (code is always mono)")
     stroke: int = Field(0, ge=0, le=3, description="extra stroke width in px at master size (bolder glyphs)")
     gamma: float = Field(1.0, ge=0.25, le=4.0, description="applied to downscaled tiers: > 1 darkens grey edges")
+    # 16 greys read as 256 do (Tesseract on 1092-px pages of Claude Code sessions: 90.84% against
+    # 90.89%; 8 greys lose 0.9 points) and make files half the size (BENCHMARKS.md, "Bytes").
+    greys: int = Field(16, ge=2, le=256, description="grey levels of a page's images at every tier (256: all)")
     downscale: Downscale = Field(
         "reduce-bilinear", description="how tiers are derived from the master: exact box average by the integer "
         "factor then bilinear the rest of the way, or one Pillow filter all the way",
@@ -51,10 +54,15 @@ class RenderConfig(BaseModel):
     # Four columns: agent traffic is short lines (tool output, code), which fill a column's
     # height long before its width; with the pitch above a Claude Code page holds 12-16% more
     # than three columns at 1.18 did (BENCHMARKS.md, "Denser pages").
-    columns: int = Field(4, ge=1, le=4, description="text columns per page; short lines (code, logs) pack denser")
+    columns: int = Field(4, ge=1, le=8, description="text columns per page; short lines (code, logs) pack denser")
     gutter: int = Field(28, ge=0, le=256, description="px between columns")
     compact_json: bool = Field(True, description="draw multi-line JSON documents with no layout whitespace, "
                                "breaking lines between items")
+    compact_indent: bool = Field(True, description="code laid out as a program: four-space (or tab) "
+                                 "indentation drawn at half its depth, the same on every line")
+    code_layout: Literal["program", "chars"] = Field(
+        "program", description="code and tool output: 'program' wraps between tokens, indents and marks "
+        "continuations, draws line-number gutters compact (codewrap.py); 'chars' breaks at the column's last character")
     # Read by the packer, not the renderer: it is here so one file (what `optictx tune` writes)
     # describes a whole page design, and the page digest covers it.
     # 1100: the most at which a page of prose is still full at 21 px (four columns at the pitch

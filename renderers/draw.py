@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw
 
+from . import codewrap
 from .atlas import GlyphInk
 from .config import RenderConfig
 from .errors import OptictxError
@@ -106,6 +107,19 @@ def line_boxes(lines: Sequence[Line], layout: Layout) -> list[LineBox]:
             for line, (x, y) in zip(lines, _places(lines, cfg))]
 
 
+def _hook(draw: ImageDraw.ImageDraw, x: int, y: int, line: Line, layout: Layout) -> None:
+    """The mark of a continuation (`codewrap.py`): a hook in the two columns before its text, down
+    from the line above and across to the text, so a reader sees where a wrapped line goes on."""
+    advance = layout.chain("code").faces[0].font.getlength("M")
+    lead = len(line.text) - len(line.text.lstrip(" "))
+    x0 = x + round((max(0, lead - codewrap.HANG) + 0.5) * advance)
+    x1 = x + round((lead - 0.2) * advance)
+    top, mid = y + line.height // 8, y + line.height // 2
+    thick = max(2, layout.config.font_size // 9)
+    draw.rectangle((x0, top, x0 + thick - 1, mid), fill=96)
+    draw.rectangle((x0, mid - thick + 1, x1, mid), fill=96)
+
+
 def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[LineBox]]:
     """Draw `lines` top to bottom on a white square page; raises RenderError if they overflow."""
     cfg: RenderConfig = layout.config
@@ -118,7 +132,10 @@ def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[
         if line.style == "rule":  # a rule line's run of dashes, drawn as what it is
             mid = y + line.height // 2
             draw.rectangle((x, mid - 1, x + cfg.text_width, mid), fill=96)
-        elif line.text:
+            continue
+        if line.style == "wrap":
+            _hook(draw, x, y, line, layout)
+        if line.text:
             _draw_runs(img, draw, (x, y + layout.text_top(line.style)), line.text, layout.chain(line.style),
                        cfg.stroke, layout.ink)
     return img, boxes

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from . import codewrap
 from .atlas import GlyphInk
 from .config import RenderConfig
 from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
 from .jsonwrap import json_items
 
-Style = Literal["header", "text", "code", "rule"]
+# "wrap": a code line's continuation, indented under it and marked (`codewrap.py`).
+Style = Literal["header", "text", "code", "wrap", "rule"]
 ELLIPSIS = "\u2026"
 # A source line that is only a long run of one rule character is decoration: it is drawn as a
 # rule across the column, half a line high, and its text on the page is RULE (the run's exact
 # length stays in the transcript).
 RULE = "\u2500" * 4
 _RULE_LINE = re.compile(r" *([-=_~*#\u2500\u2501\u2550])\1{7,} *")
+
+
+def is_rule(line: str) -> bool:
+    """Whether a source line is drawn as a rule (`RULE`), not as its characters."""
+    return _RULE_LINE.fullmatch(line) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +172,16 @@ def wrap_items(items: list[str], m: Measurer, max_w: float) -> list[str]:
     return lines
 
 
+def _source_lines(text: str) -> list[str]:
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
 def paragraphs(text: str, tab_width: int) -> list[str]:
     """The source lines a block draws, without the whitespace that carries no meaning: line ends
     (a lone CR, as a terminal's progress line writes it, is one too), trailing blanks, blank
     lines at either end and all but one of a run. Tabs are expanded first: code keeps its indent."""
     out: list[str] = []
-    for raw in text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(tab_width).split("\n"):
+    for raw in _source_lines(text.expandtabs(tab_width)):
         line = raw.rstrip(" ")  # tabs are spaces by now; other blanks and controls stay visible
         if line or (out and out[-1]):
             out.append(line)
@@ -185,14 +197,15 @@ class Layout:
         self.config = config or RenderConfig()
         self.fonts = FontSet.for_config(self.config)
         self.ink = GlyphInk()  # glyph and word masks, for draw.py
-        self._m = {
-            "header": Measurer(self.fonts.header),
-            "text": Measurer(self.fonts.body),
-            "code": Measurer(self.fonts.code, monospace=True),
-        }
+        code = Measurer(self.fonts.code, monospace=True)
+        self._m = {"header": Measurer(self.fonts.header), "text": Measurer(self.fonts.body), "code": code, "wrap": code}
 
     def chain(self, style: Style) -> FontChain:
         return self._m[style].chain
+
+    def measure(self, style: Style) -> Callable[[str], float]:
+        """The width in px of a run drawn in `style`."""
+        return self._m[style].width
 
     def text_top(self, style: Style) -> int:
         """Where a line's text is drawn, in px below the top of its line (the drawing's anchor)."""
@@ -209,6 +222,16 @@ class Layout:
         reach = max(sum(face.font.getmetrics()) for face in self.chain(style).faces)
         return self.text_top(style) + reach + self.config.stroke
 
+    def source(self, block: Block) -> list[str]:
+        """The source lines a block draws (`paragraphs`), a numbered listing's gutter made
+        compact in code laid out as a program (`codewrap.gutter`)."""
+        cfg = self.config
+        if block.style != "code" or cfg.code_layout != "program":
+            return paragraphs(block.text, cfg.tab_width)
+        listing = codewrap.gutter(_source_lines(block.text), cfg.tab_width)
+        paras = paragraphs("\n".join(listing) if listing is not None else block.text, cfg.tab_width)
+        return codewrap.compact_indent(paras) if cfg.compact_indent else paras
+
     def lines(self, block: Block) -> list[Line]:
         """The lines of one block, each with its drawn text and height."""
         cfg, m = self.config, self._m[block.style]
@@ -220,15 +243,20 @@ class Layout:
         if block.style == "code" and cfg.compact_json and (items := json_items(block.text)) is not None:
             shown = [displayable(i, m.chain) for i in items]
             return [Line(t, "code", cfg.line_height) for t in wrap_items(shown, m, max_w)]
-        wrap = wrap_code if block.style == "code" else wrap_prose
+        program = block.style == "code" and cfg.code_layout == "program"
+        paras = self.source(block)
         half = cfg.line_height // 2
         out: list[Line] = []
         for para in paras:
             if not para:
                 out.append(Line("", block.style, half))
-            elif _RULE_LINE.fullmatch(para):
+            elif is_rule(para):
                 out.append(Line(RULE, "rule", half))
+            elif program:
+                out.extend(Line(t, "wrap" if more else "code", cfg.line_height)
+                           for t, more in codewrap.wrap(displayable(para, m.chain), m.width, max_w))
             else:
+                wrap = wrap_code if block.style == "code" else wrap_prose
                 out.extend(Line(t, block.style, cfg.line_height) for t in wrap(displayable(para, m.chain), m, max_w))
         return out
 

@@ -345,18 +345,19 @@ class Reference:
     of calls, not only on its turns (optictx/serve/proxy.py, `fit`)."""
 
     def __init__(self, dialect: Any, *, budget: int, keep: int, vision: str | None = None) -> None:
-        from optictx import Memory
-
-        self.dialect, self.budget, self.vision = dialect, budget, vision
-        self.memory = Memory(keep_recent=keep, budget=budget)
+        self.dialect, self.budget, self.vision, self.keep = dialect, budget, vision, keep
+        self.memory: Any = None  # made on the first request, its pages drawn for that request's vision
 
     def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
+        from optictx import Memory
         from optictx.serve.proxy import fit, pin_task, vision_for
 
         parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
+        vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
+        if self.memory is None:
+            self.memory = Memory(keep_recent=self.keep, budget=self.budget, vision=vision)  # as the proxy's
         for t in parsed.turns[len(self.memory):]:
             self.memory.add(t)
-        vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
         fitted, ctx = fit(self.memory, self.dialect, parsed, self.budget, vision)
         return json.loads(fitted), ctx
 

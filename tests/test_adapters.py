@@ -40,7 +40,7 @@ def test_langchain_history_gives_the_fitted_context_with_image_blocks_and_stores
     assert answer.content == "noted"
     given = seen[0]
     images = [p for m in given if isinstance(m.content, list) for p in m.content if p.get("type") == "image_url"]
-    assert images and images[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert images and images[0]["image_url"]["url"].startswith("data:image/webp;base64,")
     assert history.memory.context().tokens <= 2500
     assert [t.text for t in history.memory.transcript()[-2:]] == ["what did the tests say?", "noted"]
     history.add_messages([AIMessage(content="", tool_calls=[{"name": "f", "args": {"a": 1}, "id": "c9"}]),

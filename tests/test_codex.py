@@ -95,7 +95,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         assert "<environment_context>" in json.dumps(bodies[0]["input"]) and "<environment_context>" not in str(asked)
         assert all(asked in body["input"] for body in bodies)
         pages = [p for i in bodies[-1]["input"] if isinstance(i.get("content"), list) for p in i["content"]
-                 if p.get("type") == "input_image" and p["image_url"].startswith("data:image/png")]
+                 if p.get("type") == "input_image" and p["image_url"].startswith("data:image/webp")]
         assert pages, "the session's old command outputs went as page images"
         tenant = tenant_of({}, personal=True)  # one person's proxy: the default on loopback without a key
         conversations = proxy.proxy.ledger.conversations(tenant)

@@ -62,9 +62,10 @@ def test_anthropic_shape(ctx):
     # The SDK's TypedDicts accept incomplete blocks, so check the image blocks by hand as well.
     images = [b for m in msgs for b in m["content"] if b["type"] == "image"]
     assert len(images) == sum(1 for p in ctx.pages if p.tier.is_image) + 1  # + the user's screenshot
-    for b in images:
-        assert b["source"]["type"] == "base64" and b["source"]["media_type"] == "image/png"
+    for b in images:  # the pages as optictx sends them, the user's screenshot as it came
+        assert b["source"]["type"] == "base64" and b["source"]["media_type"] in ("image/webp", "image/png")
         Image.open(io.BytesIO(base64.b64decode(b["source"]["data"]))).verify()
+    assert [b["source"]["media_type"] for b in images].count("image/webp") == len(images) - 1
     assert all(b["text"].strip() for m in msgs for b in m["content"] if b["type"] == "text")
     from anthropic.types import MessageParam
 
@@ -118,7 +119,7 @@ def test_responses_shape(ctx):
                  and "rendered as page images" in i["content"][0]["text"])
     images = [p for p in pages["content"] if p["type"] == "input_image"]
     assert len(images) == sum(1 for p in ctx.pages if p.tier.is_image)
-    assert all(p["image_url"].startswith("data:image/png;base64,") and p["detail"] for p in images)
+    assert all(p["image_url"].startswith("data:image/webp;base64,") and p["detail"] for p in images)
     calls = set()
     for item in items:  # every tool output after its call
         if item.get("type") == "function_call":

@@ -60,8 +60,12 @@ def test_long_words_and_urls_wrap_within_the_width():
 
 
 def test_code_keeps_whitespace_and_expands_tabs():
-    lines = LAYOUT.lines(Block("if x:\n\tpass\n    two  spaces", "code"))
+    layout = Layout(RenderConfig(compact_indent=False))
+    lines = layout.lines(Block("if x:\n\tpass\n    two  spaces", "code"))
     assert [ln.text for ln in lines] == ["if x:", "    pass", "    two  spaces"]
+    # By default four-space indentation is drawn at half its depth, on every line alike.
+    assert [ln.text for ln in LAYOUT.lines(Block("if x:\n\tpass\n        two  spaces", "code"))] == [
+        "if x:", "  pass", "    two  spaces"]
 
 
 def test_controls_surrogates_and_unknown_glyphs_become_visible_symbols():
@@ -102,10 +106,11 @@ def test_a_copied_config_has_its_own_digest():
 
 
 def test_whitespace_without_meaning_takes_no_page_room():
-    cfg = LAYOUT.config
+    layout = Layout(RenderConfig(compact_indent=False))
+    cfg = layout.config
     text = "\n\nfirst   \r\nprogress 10%\rprogress 90%\n\n\n\n    indented\t\n \n\n"
     for style in ("code", "text"):
-        lines = LAYOUT.lines(Block(text, style))
+        lines = layout.lines(Block(text, style))
         # Line ends of every kind break lines, trailing blanks go, a run of blank lines is one,
         # blank lines at either end go; indentation stays.
         assert [ln.text for ln in lines] == ["first", "progress 10%", "progress 90%", "", "    indented"], style
@@ -118,7 +123,7 @@ def _pillow_page(lines, layout):
     """The page as Pillow's own `draw.text` draws it, line by line: what the glyph path must equal."""
     from PIL import Image, ImageDraw
 
-    from optictx.renderers.draw import _places
+    from optictx.renderers.draw import _hook, _places
 
     cfg = layout.config
     img = Image.new("L", (cfg.size, cfg.size), 255)
@@ -126,6 +131,8 @@ def _pillow_page(lines, layout):
     for line, (x, y) in zip(lines, _places(lines, cfg)):
         if line.style == "header":
             draw.rectangle((x - 6, y + 2, x + cfg.text_width + 6, y + line.height - 2), fill=cfg.header_fill)
+        if line.style == "wrap":  # a continuation's mark (not text: the subject here is the glyphs)
+            _hook(draw, x, y, line, layout)
         if line.style == "rule":
             draw.rectangle((x, y + line.height // 2 - 1, x + cfg.text_width, y + line.height // 2), fill=96)
         elif line.text:

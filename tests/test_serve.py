@@ -138,11 +138,11 @@ def test_two_keys_with_the_same_messages_never_share_a_memory_or_dashboard_rows(
         assert [c["id"] for c in mine["conversations"]] == [ca]
         theirs = http.get(f"/optictx/api/conversations/{cb}", headers={"authorization": "Bearer key-a"})
         assert theirs.status_code == 404
-        for path in ("pages", "pages/0.png"):
+        for path in ("pages", "pages/0.webp"):
             assert http.get(f"/optictx/api/conversations/{cb}/{path}",
                             headers={"authorization": "Bearer key-a"}).status_code == 404
-        assert http.get(f"/optictx/api/conversations/{cb}/pages/0.png",
-                        headers={"authorization": "Bearer key-b"}).headers["content-type"] == "image/png"
+        assert http.get(f"/optictx/api/conversations/{cb}/pages/0.webp",
+                        headers={"authorization": "Bearer key-b"}).headers["content-type"] == "image/webp"
     records = proxy.proxy.ledger
     assert "key-a" not in json.dumps(records.conversations(_tenant("key-a")))
 
@@ -375,7 +375,7 @@ def test_after_a_restart_the_dashboard_shows_the_latest_requests_pages_again(ups
             pages = http.get(f"/optictx/api/conversations/{cid}/pages", headers=auth)
             assert pages.status_code == 200, pages.text
             shown = pages.json()
-            return shown, [http.get(f"/optictx/api/conversations/{cid}/pages/{q['n']}.png", headers=auth).content
+            return shown, [http.get(f"/optictx/api/conversations/{cid}/pages/{q['n']}.webp", headers=auth).content
                            for q in shown["pages"] if q["image"]]
 
     p = Proxy(config)

@@ -72,7 +72,7 @@ def test_every_credential_header_is_a_tenant_of_its_own(proxy, header):
     assert _listed(proxy.url, other) == []
     for who in ({}, other):
         assert httpx.get(f"{proxy.url}/optictx/api/conversations/{cid}", headers=who).status_code == 404
-        for path in ("pages", "pages/0.png"):
+        for path in ("pages", "pages/0.webp"):
             assert httpx.get(f"{proxy.url}/optictx/api/conversations/{cid}/{path}", headers=who).status_code == 404
     # The same history from a keyless client is its own conversation, never this one's memory.
     assert _chat(proxy.url).headers["x-optictx-conversation"] != cid

@@ -171,7 +171,7 @@ def test_the_upstream_body_is_json_dumps_byte_for_byte(sample, api, monkeypatch)
     splice = Splice()
     held = {"model": "m", "max_tokens": 5, key: [*export(image=splice.hold), tricky]}
     plain = {"model": "m", "max_tokens": 5, key: [*export(), tricky]}
-    pages = [p.image.png_base64() for p in ctx.pieces if p.image is not None]
+    pages = [p.image.image_base64() for p in ctx.pieces if p.image is not None]
     real, encoded = json.dumps, []
     monkeypatch.setattr(json, "dumps", lambda obj: encoded.append(real(obj)) or encoded[-1])
     assert pages and splice.dumps(held) == real(plain).encode()

@@ -95,7 +95,7 @@ def test_a_long_input_goes_with_its_old_turns_as_pages_and_the_answer_comes_back
     assert arrived.headers["authorization"] == "Bearer key-r"
     assert body["instructions"] == "Be brief." and body["model"] == "gpt-4o"
     pages = _images(body["input"])
-    assert pages and all(p["image_url"].startswith("data:image/png;base64,") for p in pages)
+    assert pages and all(p["image_url"].startswith("data:image/webp;base64,") for p in pages)
     _pairs_intact(body["input"])
     expected, ctx = Reference(RESPONSES, budget=BUDGET, keep=KEEP).send(
         {"model": "gpt-4o", "instructions": "Be brief.", "input": items})

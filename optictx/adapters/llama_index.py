@@ -4,6 +4,7 @@ fitted context as `ChatMessage`s, old turns as `ImageBlock`s of the page images.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 from ..errors import need
@@ -17,7 +18,7 @@ from pydantic import ConfigDict, Field  # noqa: E402
 from ..memory import Memory  # noqa: E402
 from ..turns import image_url  # noqa: E402
 
-_DATA = "data:image/png;base64,"
+_DATA = re.compile(r"data:(image/[\w.+-]+);base64,")
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -29,8 +30,8 @@ def _blocks(content: Any) -> list[Any]:
             out.append(TextBlock(text=part["text"]))
         elif part.get("type") == "image_url":
             url = image_url(part)
-            if url.startswith(_DATA):  # the PNG itself, as LlamaIndex keeps image bytes
-                out.append(ImageBlock(image=base64.b64decode(url[len(_DATA):]), image_mimetype="image/png"))
+            if m := _DATA.match(url):  # the image itself (a page: images.MEDIA_TYPE), as LlamaIndex keeps bytes
+                out.append(ImageBlock(image=base64.b64decode(url[m.end():]), image_mimetype=m.group(1)))
             else:
                 out.append(ImageBlock(url=url))
     return out

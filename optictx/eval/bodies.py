@@ -64,13 +64,20 @@ def openai_body(session: Session, k: int, model: str) -> dict[str, Any]:
 
 # -- what a body costs --------------------------------------------------------------------------
 
-def _png_size(data: str) -> tuple[int, int]:
+def _image_size(data: str) -> tuple[int, int]:
+    """An image's size from the head of its base64 (PNG, or WebP as optictx sends its pages),
+    without decoding it."""
     try:
         raw = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4))
-        if raw[:8] == b"\x89PNG\r\n\x1a\n":
-            return struct.unpack(">II", raw[16:24])
-    except (ValueError, struct.error):
-        pass
+    except ValueError:
+        return UNKNOWN_SIZE
+    if raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) >= 24:
+        return struct.unpack(">II", raw[16:24])
+    if raw[:4] == b"RIFF" and raw[8:16] == b"WEBPVP8L" and len(raw) >= 25:  # lossless: 14-bit sizes less one
+        bits = int.from_bytes(raw[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if raw[:4] == b"RIFF" and raw[8:16] == b"WEBPVP8X" and len(raw) >= 30:  # extended: 24-bit sizes less one
+        return int.from_bytes(raw[24:27], "little") + 1, int.from_bytes(raw[27:30], "little") + 1
     return UNKNOWN_SIZE
 
 
@@ -92,11 +99,11 @@ def _tokens(block: Any, cost: CostModel) -> int:
         return count(str(block.get("text", "")))
     if kind == "image":
         source = block.get("source") or {}
-        size = _png_size(source.get("data", "")) if source.get("type") == "base64" else UNKNOWN_SIZE
+        size = _image_size(source.get("data", "")) if source.get("type") == "base64" else UNKNOWN_SIZE
         return cost.image_tokens(Tier.GUNDAM, size)
     if kind == "image_url":
         url = (block.get("image_url") or {}).get("url", "")
-        size = _png_size(url.split(",", 1)[1]) if url.startswith("data:") and "," in url else UNKNOWN_SIZE
+        size = _image_size(url.split(",", 1)[1]) if url.startswith("data:") and "," in url else UNKNOWN_SIZE
         return cost.image_tokens(Tier.GUNDAM, size)
     if kind == "tool_result":
         content = block.get("content")

@@ -27,7 +27,7 @@ class Splice:
 
     def hold(self, page: PageSegment) -> str:
         """What the exporter writes for `page`'s image: a placeholder for its base64 text."""
-        self._blobs.append(page.png_base64())
+        self._blobs.append(page.image_base64())
         return f"{self._token}{len(self._blobs) - 1}"
 
     def dumps(self, body: dict[str, Any]) -> bytes:

@@ -97,7 +97,7 @@ class Conversations:
     its memory's batch, under the store's write lock, and only if the memory still holds what
     the ledger said, so two replicas never interleave two requests' turns in one memory."""
 
-    def __init__(self, make: Callable[[str | Path | None], Memory], reopen: Callable[[str | Path], Memory],
+    def __init__(self, make: Callable[[str | Path | None, str, int], Memory], reopen: Callable[[str | Path], Memory],
                  shelf: Shelf, ledger: Ledger, max_open: int = 64, lock_wait: float = 30.0) -> None:
         self._make, self._reopen, self._shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
         self.lock_wait = lock_wait
@@ -119,11 +119,13 @@ class Conversations:
         self._close_idle()
         return conv
 
-    def _new(self, tenant: str, name: str | None) -> Conversation:
+    def _new(self, tenant: str, name: str | None, vision: str, budget: int) -> Conversation:
         """A new conversation, locked, open but not in the ledger until its first turns are in
-        (`_grow`). The caller holds self._lock."""
+        (`_grow`); its pages drawn for `vision` and `budget`, its first request's. The caller holds
+        self._lock."""
         conversation = secrets.token_hex(8)
-        conv = Conversation(conversation, tenant, self._make(self._shelf.spec(conversation, tenant)), name=name)
+        memory = self._make(self._shelf.spec(conversation, tenant), vision, budget)
+        conv = Conversation(conversation, tenant, memory, name=name)
         conv.lock.acquire()
         self._open[conversation] = conv
         self._close_idle()
@@ -142,9 +144,11 @@ class Conversations:
                 finally:
                     conv.lock.release()
 
-    def holding(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation:
+    def holding(self, tenant: str, name: str | None, turns: Sequence[Turn], vision: str = "deepseek-ocr",
+                budget: int = 128_000) -> Conversation:
         """The conversation holding exactly `turns`, locked (release `.lock` when done): the one
-        they continue, with the new turns added, or a new one (a fork where they branch off)."""
+        they continue, with the new turns added, or a new one (a fork where they branch off)
+        whose pages are drawn for `vision` and `budget` (`VisionProfile.render`)."""
         digests = chain(tenant, name, turns)
         while True:
             with self._lock:
@@ -160,7 +164,7 @@ class Conversations:
                 conv.lock.release()  # it went on another way (a branch): a fork holds this history
                 log.info("conversation %s forks at turn %d", conv.id, hit[1])
             with self._lock:
-                conv = self._new(tenant, name)
+                conv = self._new(tenant, name, vision, budget)
             self._grow(conv, name, turns, digests, 0)
             return conv
 

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ..images import MEDIA_TYPE
 from .answers import FALLBACKS, INCIDENTS, answered
 from .openai_api import OPENAI
 
@@ -84,12 +85,12 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         ctx, n = await latest(request), request.path_params["n"]
         if ctx is None or not 0 <= n < len(ctx.pages) or not ctx.pages[n].tier.is_image:
             return JSONResponse(_UNKNOWN, 404)
-        png = await run_in_threadpool(lambda: base64.b64decode(ctx.pages[n].png_base64()))
-        return Response(png, media_type="image/png", headers={"cache-control": "no-store"})
+        image = await run_in_threadpool(lambda: base64.b64decode(ctx.pages[n].image_base64()))
+        return Response(image, media_type=MEDIA_TYPE, headers={"cache-control": "no-store"})
 
     return [Route("/optictx/", guard(index)),
             Route("/optictx/api/conversations", guard(conversations)),
             Route("/optictx/api/status", guard(status)),
             Route("/optictx/api/conversations/{cid}", guard(conversation)),
             Route("/optictx/api/conversations/{cid}/pages", guard(pages)),
-            Route("/optictx/api/conversations/{cid}/pages/{n:int}.png", guard(page_image))]
+            Route("/optictx/api/conversations/{cid}/pages/{n:int}.webp", guard(page_image))]

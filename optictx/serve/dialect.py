@@ -29,7 +29,7 @@ class ApiError(OptictxError):
         return {**out, "connection": "close"} if self.close else out
 
 
-class Unknown(Exception):
+class Unknown(OptictxError):
     """A part of a request the proxy does not understand, at `where` ("messages[3].content[1]"):
     the request goes upstream as it came (`Parsed.passthrough`), never refused, since the
     upstream may take what the proxy does not know (clients add betas, roles and block types

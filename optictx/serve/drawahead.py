@@ -41,7 +41,7 @@ class DrawAhead:
             for page in sealed[conv.drawn:]:
                 if conv.closed:
                     break
-                memory.images.png_base64(page, tier)
+                memory.images.image_base64(page, tier)
                 conv.drawn += 1
         except Exception as exc:  # closed under it (evicted, shut down): nothing left to draw for
             log.debug("conversation %s: no pages drawn ahead (%s)", conv.id, type(exc).__name__)

@@ -102,10 +102,12 @@ class Proxy:
                                            config.max_open, config.lock_wait)
         self.drawahead = DrawAhead()
 
-    def memory(self, store: str | Path | None) -> Memory:
-        """A new conversation's memory; contexts are built per request (budget, vision)."""
-        return Memory(keep_recent=self.config.keep_recent, budget=self.config.budget, store=store,
-                      image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk)
+    def memory(self, store: str | Path | None, vision: str = "deepseek-ocr", budget: int | None = None) -> Memory:
+        """A new conversation's memory, its pages drawn for `vision` and `budget` (its first
+        request's: a consumer that prices pixels takes larger pages where the budget holds them);
+        contexts are built per request (budget, vision)."""
+        return Memory(keep_recent=self.config.keep_recent, budget=budget or self.config.budget, store=store,
+                      vision=vision, image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk)
 
     def reopen(self, store: str | Path) -> Memory:
         """A stored conversation's memory, with the settings it was made with."""
@@ -164,7 +166,7 @@ class Proxy:
         try:
             if not keep:
                 return self._counted(dialect, parsed, tenant, name, budget, vision)
-            conv = self.conversations.holding(tenant, name, parsed.turns)
+            conv = self.conversations.holding(tenant, name, parsed.turns, vision, budget)
         except TurnTooLargeError as exc:  # it cannot be kept; the upstream may still take it
             return self._as_it_came(dialect, parsed, tenant, f"too-large: {str(exc)[:160]}")
         at = time.time() if at is None else at
@@ -190,7 +192,7 @@ class Proxy:
                 return self._fitted(held.memory, held.id, tenant, dialect, parsed, budget, vision, commit=False)
             finally:
                 held.lock.release()
-        memory = self.memory(None)
+        memory = self.memory(None, vision, budget)
         with memory.batch():
             for t in parsed.turns:
                 memory.add(t)

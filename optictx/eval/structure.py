@@ -1,0 +1,109 @@
+"""What a page keeps of a program's shape, measured from the renderer's own layout (no reader):
+character accuracy cannot see an identifier cut in two or an indentation lost where a line
+wrapped, and a page can keep every character and lose the program.
+
+Over the code and tool output of some turns (the blocks `packer.turn_blocks` draws as code):
+
+- `atoms_unbroken`: the share of identifiers, numbers and paths (`codewrap.ATOM`) no wider
+  than a column that are drawn whole on one line;
+- `indent_kept`: the share of indented source lines whose every drawn line (continuations
+  included) starts at least as far in as the source line's indentation;
+- `wrapped`: the share of source lines drawn on more than one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..packer import turn_blocks
+from ..renderers import Block, Layout, Line, displayable
+from ..renderers.codewrap import ATOM, HANG, hang_of, indent_of
+from ..renderers.layout import is_rule
+from ..turns import Turn
+
+_GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4})")  # a line-number gutter, raw or drawn compact
+
+
+@dataclass
+class Structure:
+    atoms: int = 0
+    atoms_whole: int = 0
+    indented: int = 0
+    indent_kept: int = 0
+    lines: int = 0
+    wrapped: int = 0
+
+    def add(self, other: Structure) -> None:
+        for k, v in vars(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+    def report(self) -> dict[str, float | int]:
+        def share(a: int, b: int) -> float:
+            return round(100 * a / b, 2) if b else 100.0
+        return {"atoms_unbroken": share(self.atoms_whole, self.atoms),
+                "indent_kept": share(self.indent_kept, self.indented),
+                "wrapped": share(self.wrapped, self.lines), "atoms": self.atoms, "indented_lines": self.indented,
+                "code_lines": self.lines}
+
+
+def _groups(lines: list[Line], paras: list[str]) -> Iterable[tuple[str, list[str]]]:
+    """Each non-blank source line with the lines drawn for it, matched on their characters less
+    blanks (a wrap drops the blank it breaks at, a continuation adds its indent)."""
+    drawn = [ln.text for ln in lines if ln.style != "rule" and ln.text.strip()]
+    at = 0
+    for para in paras:
+        want = len("".join(para.split()))
+        if not want or is_rule(para):
+            continue
+        got: list[str] = []
+        have = 0
+        while at < len(drawn) and have < want:
+            got.append(drawn[at])
+            have += len("".join(drawn[at].split()))
+            at += 1
+        yield para, got
+
+
+def _plain(text: str) -> str:
+    """A line less its line-number gutter (raw or drawn compact), where it has one."""
+    m = _GUTTER.match(text)
+    return text[m.end():] if m else text
+
+
+def block_structure(block: Block, layout: Layout) -> Structure:
+    """The shape kept of one code block."""
+    out = Structure()
+    room = layout.config.text_width
+    measure = layout.measure("code")
+    columns = int(room // (measure(" ") or 1))
+    shown = [displayable(p, layout.chain("code")) for p in layout.source(block)]  # as drawn: controls escaped
+    for para, drawn in _groups(layout.lines(block), shown):
+        if not drawn:
+            continue
+        out.lines += 1
+        out.wrapped += len(drawn) > 1
+        for m in ATOM.finditer(_plain(para)):
+            if measure(m.group()) <= room:
+                out.atoms += 1
+                out.atoms_whole += any(m.group() in d for d in drawn)
+        code = _plain(para)
+        indent = len(code) - len(code.lstrip(" "))
+        if indent:  # the first line keeps the code's own indent; continuations start under it
+            out.indented += 1
+            first, rest = drawn[0], drawn[1:]
+            under = min(indent_of(first), hang_of(first, columns) - HANG)
+            out.indent_kept += (len(_plain(first)) - len(_plain(first).lstrip(" ")) >= indent and
+                                all(len(d) - len(d.lstrip(" ")) >= under for d in rest))
+    return out
+
+
+def structure(turns: Iterable[Turn], layout: Layout) -> Structure:
+    """The shape kept of every code block of `turns`."""
+    out = Structure()
+    for turn in turns:
+        for block in turn_blocks(turn):
+            if block.style == "code":
+                out.add(block_structure(block, layout))
+    return out

@@ -1,0 +1,133 @@
+"""Code and tool output laid out as a programmer reads it, from whitespace and token boundaries
+alone (no parser per language):
+
+- a line wraps between tokens, never inside an identifier, a number or a path that fits a
+  column (one longer than a column is broken by character);
+- its continuations are indented under it, two columns past its own indentation, and marked
+  (`Line.style` "wrap": the renderer draws a hook where each starts), so structure that hangs on
+  indentation survives a wrap;
+- the Read tool's line-number gutter (Claude Code's `   225→`, and `225<TAB>`) is drawn compact:
+  each number padded to the block's widest, then `→`, then the line as it was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+# Identifiers, numbers, dotted names and paths: runs a wrap never splits while they fit a column.
+ATOM = re.compile(r"[\w$@~]+(?:(?:[./\\\-]+|://)[\w$@~]+)*")
+_GUTTER = re.compile(r" *(\d{1,7})(?:\u2192|\t)")
+GUTTER_MARK = "\u2192"
+_DRAWN_GUTTER = re.compile(r" *\d{1,7}\u2192")
+HANG = 2  # columns a continuation is indented past its line's own indentation
+
+Width = Callable[[str], float]
+
+
+def indent_of(line: str) -> int:
+    """Where a line's text starts: past its blanks, and past a compact gutter's `225→` and the
+    blanks after it (a numbered listing's code is indented after its number)."""
+    m = _DRAWN_GUTTER.match(line)
+    start = m.end() if m else 0
+    return start + len(line[start:]) - len(line[start:].lstrip(" "))
+
+
+def hang_of(line: str, columns: int) -> int:
+    """The indentation of a line's continuations, in columns: under its text and `HANG` more,
+    but no more than half a column of `columns` (deep indentation in a narrow column)."""
+    return min(indent_of(line) + HANG, max(HANG, columns // 2))
+
+
+def units(text: str) -> list[str]:
+    """`text` as the pieces a wrap may not split: atoms, and every other character alone."""
+    out: list[str] = []
+    pos = 0
+    for m in ATOM.finditer(text):
+        out.extend(text[pos : m.start()])
+        out.append(m.group())
+        pos = m.end()
+    out.extend(text[pos:])
+    return out
+
+
+def gutter(lines: Sequence[str], tab_width: int) -> list[str] | None:
+    """A numbered listing (most of its non-blank lines start with a line number and `→` or a
+    tab) with its gutter compact, the rest of each line's tabs expanded as the code's own; None
+    when the block is not one. Lines are raw (tabs not expanded yet)."""
+    found = [_GUTTER.match(line) for line in lines]
+    numbered = sum(1 for m in found if m)
+    if numbered < 3 or numbered * 2 < sum(1 for line in lines if line.strip()):
+        return None
+    width = max(len(m.group(1)) for m in found if m)
+    return [f"{m.group(1):>{width}}{GUTTER_MARK}{line[m.end():].expandtabs(tab_width)}" if m
+            else line.expandtabs(tab_width) for line, m in zip(lines, found)]
+
+
+def compact_indent(lines: list[str]) -> list[str]:
+    """A block's indentation at half its depth when every indented line is indented by a multiple
+    of four (four-space or tab-indented code): the same on every line, so the structure reads
+    the same, in half the width. Lines are tab-expanded; a gutter's `225→` stays in front."""
+    at = [indent_of(line) - _gutter_width(line) for line in lines]
+    if not any(at) or any(n % 4 for n, line in zip(at, lines) if line.strip()):
+        return lines
+    return [line[: _gutter_width(line)] + line[_gutter_width(line) + n // 2 :] if n else line
+            for n, line in zip(at, lines)]
+
+
+def _gutter_width(line: str) -> int:
+    m = _DRAWN_GUTTER.match(line)
+    return m.end() if m else 0
+
+
+def _chars(piece: str, width: Width, first: float, rest: float) -> list[str]:
+    """An atom too wide for its line, broken by character: the first piece within `first`, the
+    others within `rest`."""
+    out, cur, room = [], "", first
+    for ch in piece:
+        if cur and width(cur + ch) > room:
+            out.append(cur)
+            cur, room = "", rest
+        cur += ch
+    return [*out, cur] if cur else out
+
+
+def wrap(line: str, width: Width, max_w: float) -> list[tuple[str, bool]]:
+    """A code line (tabs expanded, no trailing blanks) as drawn lines, each (text, continuation):
+    the first as far as whole tokens fit, then continuations indented under it."""
+    if width(line) <= max_w:
+        return [(line, False)]
+    space = width(" ") or 1.0
+    indent = indent_of(line)
+    hang = " " * hang_of(line, int(max_w / space))
+    out: list[tuple[str, bool]] = []
+    cur, fresh = line[:indent], True  # fresh: nothing but the indent on the line yet
+    for unit in units(line[indent:]):
+        if width(cur + unit) <= max_w:
+            if not (fresh and unit == " " and out):  # a continuation never starts with the blank it broke at
+                cur += unit
+                fresh = fresh and unit == " "
+            continue
+        if not fresh:
+            out.append((cur.rstrip(" "), bool(out)))
+            cur, fresh = hang, True
+            if unit == " ":
+                continue
+            if width(cur + unit) <= max_w:
+                cur, fresh = cur + unit, False
+                continue
+        # A line with only its indent so far, and a token that does not fit after it: if the
+        # token fits a column (a continuation keeps room for its mark), the indent gives way.
+        lead = cur[: _gutter_width(cur)]
+        room = max_w - width(lead) - (HANG * space if out else 0)
+        if width(unit) <= room:
+            cur, fresh = lead + " " * int((max_w - width(lead) - width(unit)) // space) + unit, False
+            continue
+        pieces = _chars(unit, width, max_w - width(cur), max_w - width(hang))  # longer than a column
+        for piece in pieces[:-1]:
+            out.append((cur + piece, bool(out)))
+            cur = hang
+        cur, fresh = cur + pieces[-1], False
+    if not fresh or not out:
+        out.append((cur.rstrip(" "), bool(out)))
+    return out

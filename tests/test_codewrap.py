@@ -1,0 +1,91 @@
+"""Code laid out as a programmer reads it (`renderers/codewrap.py`): lines wrap between tokens,
+continuations are indented under their line and marked, gutters and indentation drawn compact;
+and the measure of what a layout keeps of a program's shape (`eval/structure.py`)."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optictx.eval.structure import block_structure
+from optictx.renderers import Block, Layout, RenderConfig, draw_page
+from optictx.renderers.codewrap import HANG, compact_indent, gutter, wrap
+
+WORD = st.from_regex(r"[a-z_][a-z0-9_]{0,11}|[0-9]{1,6}|[a-z]{1,5}(/[a-z]{1,5}){1,2}\.py", fullmatch=True)
+PUNCT = st.sampled_from(["(", ")", ", ", " = ", ".", "[", "]", ": ", " + ", '"', "{", "}", " "])
+LINE = st.builds(lambda n, parts: " " * n + "".join(parts).rstrip(" "),
+                 st.integers(0, 12), st.lists(st.one_of(WORD, PUNCT), min_size=1, max_size=30))
+CHAR = len  # a monospace measure in columns
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=LINE, width=st.integers(16, 60))
+def test_a_wrapped_line_keeps_its_tokens_whole_and_its_continuations_under_it(line, width):
+    drawn = wrap(line, CHAR, width)
+    assert all(len(text) <= width for text, _ in drawn)
+    assert [more for _, more in drawn] == [False] + [True] * (len(drawn) - 1)
+    # Nothing but blanks is lost or added, in order.
+    assert "".join(line.split()) == "".join("".join(t.split()) for t, _ in drawn)
+    # Identifiers, numbers and paths no wider than a column less the hang are never split.
+    for atom in re.findall(r"[\w$@~]+(?:(?:[./\\\-]+|://)[\w$@~]+)*", line):
+        if len(atom) <= width - HANG:
+            assert any(atom in text for text, _ in drawn), (atom, drawn)
+    indent = len(line) - len(line.lstrip(" "))
+    if indent + HANG <= width // 2 and all(len(a) <= width // 2 - HANG for a in re.findall(r"\S+", line)):
+        assert all(t.startswith(" " * (indent + HANG)) for t, more in drawn if more)  # under its line
+
+
+def test_a_numbered_listing_draws_its_gutter_compact():
+    read = ["     1\tdef add(a, b):", "     2\t\treturn a + b", "     3\t", "    10\tprint(add(1, 2))"]
+    assert gutter(read, 4) == [" 1\u2192def add(a, b):", " 2\u2192    return a + b", " 3\u2192",
+                               "10\u2192print(add(1, 2))"]
+    arrows = ["   225\u2192x = 1", "   226\u2192    y = 2", "   227\u2192z"]
+    assert gutter(arrows, 4) == ["225\u2192x = 1", "226\u2192    y = 2", "227\u2192z"]
+    assert gutter(["a\tb", "1\tc", "plain text"], 4) is None  # not a listing: as it was
+
+
+def test_four_space_indentation_is_halved_on_every_line_and_two_space_left_alone():
+    assert compact_indent(["def f():", "    if x:", "        return 1", "    return 2"]) == [
+        "def f():", "  if x:", "    return 1", "  return 2"]
+    assert compact_indent(["1\u2192def f():", "2\u2192    return 1"]) == ["1\u2192def f():", "2\u2192  return 1"]
+    two = ["a:", "  b: 1", "  c:", "    d: 2"]
+    assert compact_indent(two) == two
+
+
+def test_a_continuation_is_marked_on_the_page():
+    layout = Layout(RenderConfig(columns=4))
+    code = "    result = compute(alpha_value, beta_value, gamma_value, delta_value)"
+    lines = layout.lines(Block(code, "code"))
+    assert [ln.style for ln in lines] == ["code"] + ["wrap"] * (len(lines) - 1) and len(lines) > 1
+    img, boxes = draw_page(lines, layout)
+    x0, y0, _, _ = boxes[1].box
+    text_x = x0 + round(layout.measure("code")(" ") * (len(lines[1].text) - len(lines[1].text.lstrip())))
+    mark = img.crop((x0, y0, text_x, y0 + layout.config.line_height))
+    assert mark.getextrema()[0] < 128  # ink before the continuation's text: its hook
+
+
+PROGRAM = '''def export_total(items: list[dict], *, limit: int = 39) -> Decimal:
+    """Export the total of the given items."""
+    total = Decimal("0")
+    for i, item in enumerate(items):
+        if i >= limit:
+            break
+        amount = Decimal(str(item.get("total", 0)))
+        total += (amount * Decimal("0.69")).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return total'''
+
+
+def test_the_measure_sees_identifiers_cut_and_indentation_lost_where_characters_are_kept():
+    """The oracle is the program's own text: which identifiers it holds, which lines are indented.
+    Cut at a column's last character, every character is drawn but identifiers are split and
+    continuations start at the left edge; laid out as a program, neither."""
+    narrow = {"columns": 4, "compact_indent": False}
+    chars = block_structure(Block(PROGRAM, "code"), Layout(RenderConfig(code_layout="chars", **narrow))).report()
+    program = block_structure(Block(PROGRAM, "code"), Layout(RenderConfig(**narrow))).report()
+    identifiers = len(re.findall(r"[\w.]+", PROGRAM.replace('"', " ")))
+    assert chars["atoms"] == program["atoms"] and chars["atoms"] >= identifiers // 2
+    assert chars["atoms_unbroken"] < 95 and chars["indent_kept"] < 60  # the program is gone
+    assert program["atoms_unbroken"] == 100 and program["indent_kept"] == 100
+    assert chars["indented_lines"] == program["indented_lines"] == 8  # every line of the body
