@@ -6,6 +6,10 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
         [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R]
 
+`--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
+(1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
+side-by-side run; `after` (the default): as they are.
+
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
 markdown table per corpus and provider, and the sessions above 1.0x.
@@ -28,6 +32,21 @@ from optictx.eval.bill import MODELS, gaps_arg, replay, risk_arg
 from optictx.eval.bodies import anthropic_blocks, anthropic_body
 from optictx.eval.sessions import load_session
 from optictx.promptcache import PromptCache, Request
+
+
+def _before() -> None:
+    """The pages as they were before (this process and the workers it forks): every memory draws
+    them at the old geometry and layout, and encodes them as 8-bit PNG."""
+    import optictx.export
+    import optictx.memory
+    from optictx import images
+    from optictx.renderers import RenderConfig
+
+    before = RenderConfig(code_layout="chars", compact_indent=False, greys=256)
+    optictx.memory.as_render = lambda render, vision=None, budget=None: render or before  # type: ignore[assignment]
+    images.ENCODING.clear()
+    images.ENCODING.update({"format": "PNG", "compress_level": 1})
+    optictx.export.MEDIA_TYPE = "image/png"  # type: ignore[misc]
 
 
 def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None]) -> dict[str, Any]:
@@ -87,7 +106,11 @@ def main() -> None:
     ap.add_argument("--risk", type=risk_arg, help="the proxy's --risk (Policy.risk; default: no bound)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every session's figures here")
+    ap.add_argument("--pages", choices=["before", "after"], default="after",
+                    help="optictx's pages as they are (after), or as they were (before)")
     args = ap.parse_args()
+    if args.pages == "before":
+        _before()
     results: dict[str, Any] = {}
     with Pool(args.jobs) as pool:
         for corpus in args.corpora:
@@ -124,6 +147,10 @@ def _table(corpus: str, provider: str, rows: list[dict[str, Any]]) -> None:
     print(f"- sessions above 1.0x: {len(above)} " + ", ".join(f"{r['session']} {r['ratio']}" for r in above))
     print(f"- best {min(r['ratio'] for r in rows)}, worst {max(r['ratio'] for r in rows)}; events {events}; "
           f"{ms:.0f} ms per request (proxy path and pricing)")
+    n = max(1, sum(r["requests"] for r in rows))
+    print(f"- page images per request at most {max(r['max_images'] for r in rows)}; pages dropped at most "
+          f"{max(r['gone'] for r in rows)} in one request; bytes per request {sum(r['bytes'] for r in rows) / n:,.0f} "
+          f"(as it came {sum(r['client_bytes'] for r in rows) / n:,.0f})")
     sys.stdout.flush()
 
 

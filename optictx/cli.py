@@ -108,10 +108,13 @@ def _reader(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _render_config(args: argparse.Namespace) -> Any:
-    """The RenderConfig that --render (a JSON file) and --columns ask for."""
+    """The RenderConfig that --render (a JSON file) and --columns ask for; without --render, the
+    one --vision's pages are drawn at, where it has its own (a consumer that prices pixels)."""
     from .renderers import RenderConfig
+    from .settings import as_render
 
-    base = RenderConfig.load(args.render) if args.render else RenderConfig()
+    vision = COST_MODELS.get(getattr(args, "vision", "") or "")
+    base = RenderConfig.load(args.render) if args.render else as_render(None, vision)
     if args.columns:
         base = RenderConfig.model_validate({**base.model_dump(), "columns": args.columns})
     return base

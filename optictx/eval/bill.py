@@ -46,6 +46,10 @@ class Row:
     passthrough_cost: float
     optictx_cost: float
     event: str
+    images: int = 0  # page images optictx's body carries
+    gone: int = 0  # pages its context dropped (the budget or the images-per-request cap)
+    bytes: int = 0  # optictx's body, and the client's beside it
+    client_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ class SessionBill:
         for r in self.rows:
             events[r.event] = events.get(r.event, 0) + 1
         return {"session": self.session, "provider": self.provider, "requests": len(self.rows),
+                "max_images": max((r.images for r in self.rows), default=0),
+                "gone": max((r.gone for r in self.rows), default=0),
+                "bytes": sum(r.bytes for r in self.rows), "client_bytes": sum(r.client_bytes for r in self.rows),
                 "passthrough_tokens": sum(r.passthrough_tokens for r in self.rows),
                 "optictx_tokens": sum(r.optictx_tokens for r in self.rows),
                 "passthrough_cost": round(self.passthrough), "optictx_cost": round(self.optictx),
@@ -162,8 +169,11 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
             sent = json.loads(fitted.body)
             a = plain.bill(Request(blocks(body, cost, counted), at))
             b = ours.bill(Request(blocks(sent, cost, counted), at, automatic="cache_control" in sent))
-            event = fitted.fallback or (fitted.context.event if fitted.context is not None else None) or "-"
-            rows.append(Row(k, a.tokens, b.tokens, a.cost, b.cost, event))
+            ctx = fitted.context
+            event = fitted.fallback or (ctx.event if ctx is not None else None) or "-"
+            images = sum(1 for p in ctx.pages if p.tier.is_image) if ctx is not None else 0
+            rows.append(Row(k, a.tokens, b.tokens, a.cost, b.cost, event, images, len(ctx.gone) if ctx else 0,
+                            len(fitted.body), len(raw)))
             for i, bill in enumerate((a, b)):
                 d = dollars(bill, model, pricing)
                 spend[i] += d or 0.0

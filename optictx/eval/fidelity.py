@@ -37,6 +37,7 @@ from ..sample import prose_corpus, sample_conversation
 from ..tiers import Tier
 from ..tokens import get_tokenizer
 from ..turns import Turn, to_turn
+from .structure import structure
 
 # DeepSeek-OCR paper, Table 2 (Fox, 600-1300 text tokens): (compression, precision) per mode.
 FOX_TINY = [(10.5, 96.5), (11.8, 93.8), (13.2, 83.8), (15.1, 85.9), (16.5, 79.3), (17.7, 76.4), (19.7, 59.1)]
@@ -159,6 +160,10 @@ class Cell:
     compression_paper: float
     compression_positions: float
     seconds_per_page: float
+    # What the layout keeps of a program's shape, over all of the corpus's code (`structure.py`).
+    atoms_unbroken: float = 100.0
+    indent_kept: float = 100.0
+    wrapped: float = 0.0
 
 
 def _word_acc(truth: str, read: str) -> float:
@@ -192,13 +197,15 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
             if not got:
                 raise ConfigError(f"corpus {name}: fills no page after its first at {density} tokens per page")
             images = PageImages(layout)
+            shape = structure(turns, layout).report()
             truth = [p.text for p in got]
             n_tokens = statistics.mean(tok.count(t) for t in truth)
             for tier in tiers:
                 t0 = time.perf_counter()
                 read = images.read(reader, got, tier)
                 secs = (time.perf_counter() - t0) / len(got)
-                paper, pos = model.paper_tokens(tier, model.tier_size(tier)), model.page_tokens(tier)
+                master = layout.config.size
+                paper, pos = model.paper_tokens(tier, model.tier_size(tier, master)), model.page_tokens(tier, master)
                 recall = [r for r in map(_number_recall, truth, read) if not math.isnan(r)]
                 cells.append(Cell(
                     density, font, name, tier.value, len(got), round(n_tokens, 1),
@@ -206,7 +213,8 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
                     statistics.mean(content_accuracy(t, s) for t, s in zip(truth, read)),
                     statistics.mean(_word_acc(t, s) for t, s in zip(truth, read)),
                     statistics.mean(recall) if recall else float("nan"),
-                    paper, pos, round(n_tokens / paper, 2), round(n_tokens / pos, 2), round(secs, 3)))
+                    paper, pos, round(n_tokens / paper, 2), round(n_tokens / pos, 2), round(secs, 3),
+                    shape["atoms_unbroken"], shape["indent_kept"], shape["wrapped"]))
                 bar.update()
     bar.close()
     return cells
@@ -229,12 +237,14 @@ def write_outputs(cells: Sequence[Cell], out: str | Path, reader_name: str) -> d
             "(paper count, and decoder positions); content: decoration (runs of 4+ of one rule character "
             "- = _ ~ * # . or a box-drawing line) removed from both texts before scoring.", "",
             "| tokens/page (target) | font | corpus | tier | char acc | content acc | word acc | numbers "
-            "| compression (paper / positions) | s/page |", "|---:|---:|---|---|---:|---:|---:|---:|---|---:|"]
+            "| compression (paper / positions) | s/page | identifiers whole | indentation kept | lines wrapped |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for c in cells:
         numbers = "-" if math.isnan(c.number_recall) else f"{c.number_recall:.0%}"  # "-": no 4+ digit numbers
         rows.append(f"| {c.text_tokens:.0f} ({c.density}) | {c.font_px} | {c.corpus} | {c.tier} | {c.char_acc:.2%} | "
                     f"{c.content_acc:.2%} | {c.word_acc:.2%} | {numbers} | "
-                    f"{c.compression_paper}x / {c.compression_positions}x | {c.seconds_per_page} |")
+                    f"{c.compression_paper}x / {c.compression_positions}x | {c.seconds_per_page} | "
+                    f"{c.atoms_unbroken:.2f}% | {c.indent_kept:.2f}% | {c.wrapped:.1f}% |")
     paths["md"].write_text("\n".join(rows) + "\n")
     _plot(cells, paths["png"], reader_name)
     return paths

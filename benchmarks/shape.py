@@ -1,0 +1,113 @@
+"""Pages that keep a program's shape, side by side with the pages before it, in one run.
+
+    python benchmarks/shape.py SESSIONS/claude-code SESSIONS/swe-agent-ctf [--sessions N] [--read N]
+
+Two arms, each on every session of each corpus, packed from scratch:
+
+- `before`: the pages as they were (1280-px pages of four 22-character columns, code cut at a
+  column's last character, 256 greys as 8-bit PNG at compress level 1), sent at TINY (512 px);
+- `after`: the defaults for Claude (`cost.PIXEL_PRICED`: 2730-px pages of five 39-character
+  columns, code laid out as a program, 16 greys as lossless WebP), sent at TINY (1092 px).
+
+Reported per corpus and arm: what the layout keeps of the code's shape (`eval/structure.py`:
+identifiers, numbers and paths drawn whole, indented lines whose indentation is drawn on every
+line they take, lines wrapped); sealed pages and the session's own tokens (cl100k, of the turns
+wholly on them) per page and per image token under Anthropic's pricing (w*h/750); bytes per
+page and per 1,000 own tokens (every `--every`th page encoded); and, with `--read N`, the
+character accuracy of Tesseract and the reflex reader on N pages per corpus read by their line
+boxes (the same sessions' pages in both arms, spread over each session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from optictx.cost import PIXEL_PRICED, get_cost_model
+from optictx.eval.fidelity import jsonl_corpus
+from optictx.eval.structure import Structure, structure
+from optictx.images import ENCODING, PageImages
+from optictx.packer import Packer
+from optictx.readers import char_accuracy
+from optictx.renderers import Layout, RenderConfig
+from optictx.tiers import Tier
+from optictx.tokens import get_tokenizer
+from optictx.turnindex import text_tokens
+
+BEFORE = RenderConfig(code_layout="chars", compact_indent=False, greys=256)
+ARMS = {"before": (BEFORE, {"format": "PNG", "compress_level": 1}), "after": (PIXEL_PRICED, ENCODING)}
+
+
+def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, every: int, read: int,
+        readers: dict) -> dict:
+    tok, layout, anthropic = get_tokenizer(), Layout(config), get_cost_model("anthropic")
+    images = PageImages(layout)
+    shape, pages, own, sizes, scores = Structure(), 0, 0, [], {name: [] for name in readers}
+    per_session = max(1, read // max(1, len(sessions)))
+    for turns in sessions:
+        turns = [t.model_copy(update={"id": i}) for i, t in enumerate(turns)]
+        shape.add(structure(turns, layout))
+        packer = Packer(layout, tok)
+        for t in turns:
+            packer.add(t)
+        sealed = packer.sealed
+        if not sealed:
+            continue
+        pages += len(sealed)
+        own += sum(text_tokens(t, tok) for t in turns[: sealed[-1].entries[-1].turn_id])
+        for page in sealed[::every]:
+            buf = io.BytesIO()
+            images.at(page, Tier.TINY).save(buf, **encoding)
+            sizes.append(len(buf.getvalue()))
+        step = max(1, len(sealed) // per_session)
+        for page in sealed[step // 2 :: step][:per_session]:
+            for name, reader in readers.items():
+                got = images.read(reader, [page], Tier.TINY)[0]
+                scores[name].append(char_accuracy(page.text, got))
+    side = Tier.TINY.side_at(config.size)
+    cost = anthropic.image_tokens(Tier.TINY, (side, side))
+    per_page = sizes and statistics.mean(sizes)
+    return {**shape.report(), "pages": pages, "side": side, "own per page": own / max(1, pages),
+            "own per image token": own / max(1, pages) / cost, "bytes per page": per_page,
+            "bytes per 1k own tokens": per_page / (own / max(1, pages)) * 1000 if pages else 0,
+            **{f"{name} accuracy": 100 * statistics.mean(v) for name, v in scores.items() if v},
+            "read pages": len(next(iter(scores.values()), []))}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpora", nargs="+", help="folders of .jsonl sessions")
+    ap.add_argument("--sessions", type=int, help="the first N sessions of each corpus (default all)")
+    ap.add_argument("--every", type=int, default=5, help="encode every Nth page for its bytes (default 5)")
+    ap.add_argument("--read", type=int, default=0, help="pages per corpus to read back (default none)")
+    args = ap.parse_args(argv)
+    readers = {}
+    if args.read:
+        from optictx.models import ReflexReader
+        from optictx.readers import TesseractReader
+
+        readers = {"tesseract": TesseractReader(), "reflex": ReflexReader()}
+    rows = []
+    for spec in args.corpora:
+        files = sorted(Path(spec).glob("*.jsonl"))[: args.sessions]
+        sessions = [jsonl_corpus(f) for f in files]
+        for name, (config, encoding) in ARMS.items():
+            t0 = time.perf_counter()
+            got = arm(sessions, config, encoding, args.every, args.read, readers)
+            rows.append((Path(spec).name, len(sessions), name, got, time.perf_counter() - t0))
+    keys = ["atoms_unbroken", "indent_kept", "wrapped", "pages", "side", "own per page", "own per image token",
+            "bytes per page", "bytes per 1k own tokens", "tesseract accuracy", "reflex accuracy"]
+    print("| corpus (sessions) | arm | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---:|" * len(keys))
+    for corpus, n, name, got, secs in rows:
+        cells = [f"{got[k]:,.2f}" if isinstance(got.get(k), float) else f"{got.get(k, '-'):,}" if
+                 isinstance(got.get(k), int) else "-" for k in keys]
+        print(f"| {corpus} ({n}) | {name} | " + " | ".join(cells) + f" |  <!-- {secs:.0f} s -->")
+
+
+if __name__ == "__main__":
+    main()
