@@ -8,7 +8,8 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 
 `--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
 (1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
-side-by-side run; `after` (the default): as they are.
+side-by-side run; `after` (the default): as they are. `--render FILE`: every memory's pages at
+that RenderConfig (a geometry to try).
 
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
@@ -34,19 +35,21 @@ from optictx.eval.sessions import load_session
 from optictx.promptcache import PromptCache, Request
 
 
-def _before() -> None:
-    """The pages as they were before (this process and the workers it forks): every memory draws
-    them at the old geometry and layout, and encodes them as 8-bit PNG."""
+def _pages(render: Any = None) -> None:
+    """Every memory of this process and the workers it forks draws its pages at `render`; with
+    none, as they were before "Pages that keep a program's shape" (the old geometry and layout,
+    8-bit PNG)."""
     import optictx.export
     import optictx.memory
     from optictx import images
     from optictx.renderers import RenderConfig
 
-    before = RenderConfig(code_layout="chars", compact_indent=False, greys=256)
-    optictx.memory.as_render = lambda render, vision=None, budget=None: render or before  # type: ignore[assignment]
-    images.ENCODING.clear()
-    images.ENCODING.update({"format": "PNG", "compress_level": 1})
-    optictx.export.MEDIA_TYPE = "image/png"  # type: ignore[misc]
+    if render is None:
+        render = RenderConfig(code_layout="chars", compact_indent=False, greys=256, repeats=False)
+        images.ENCODING.clear()
+        images.ENCODING.update({"format": "PNG", "compress_level": 1})
+        optictx.export.MEDIA_TYPE = "image/png"  # type: ignore[misc]
+    optictx.memory.as_render = lambda given, vision=None, budget=None: given or render  # type: ignore[assignment]
 
 
 def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None]) -> dict[str, Any]:
@@ -108,9 +111,14 @@ def main() -> None:
     ap.add_argument("--json", help="write every session's figures here")
     ap.add_argument("--pages", choices=["before", "after"], default="after",
                     help="optictx's pages as they are (after), or as they were (before)")
+    ap.add_argument("--render", help="a RenderConfig JSON file every memory draws its pages at (a geometry to try)")
     args = ap.parse_args()
     if args.pages == "before":
-        _before()
+        _pages()
+    elif args.render:
+        from optictx.renderers import RenderConfig
+
+        _pages(RenderConfig.load(args.render))
     results: dict[str, Any] = {}
     with Pool(args.jobs) as pool:
         for corpus in args.corpora:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from optictx import Memory, RenderConfig
+from optictx.handles import key_for
 from optictx.progress import each
 from optictx.renderers import line_boxes
 from optictx.tiers import IMAGE_TIERS
@@ -208,7 +209,8 @@ def drawn_lines(pages: int, seed: int, *, columns: tuple[int, ...] = (3, 3, 2, 1
     out = Lines([], [], [])
     per_layout = max(1, pages // len(columns))
     for k, cols in enumerate(columns):
-        mem = Memory(keep_recent=0, render=RenderConfig(columns=cols))
+        # A key from the seed: the pages' handles, drawn on them, are part of the data.
+        mem = Memory(keep_recent=0, render=RenderConfig(columns=cols), key=key_for(f"reflex {seed} {k}"))
         turns = synthetic_turns(40 * per_layout, seed * 1000 + k)
         for t in turns:
             mem.add(t)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from .budget import Budget
 from .context import Context
 from .cost import CostModel
+from .handles import LABEL_TOKENS, label
 from .images import PageImages
-from .pieces import CAPTION, PageSegment, Segment, TextSegment
+from .pieces import PageSegment, Segment, TextSegment
 from .plan import Snapshot
 from .planned import Plan
 from .tiers import Tier
@@ -31,7 +32,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
             segs.append(TextSegment("factsheet", text, snap.count(text)))
 
     if any(t is not Tier.GONE for t in plan.actual):
-        segs.append(TextSegment("caption", CAPTION, plan.caption_tokens))
+        segs.append(TextSegment("caption", snap.caption, plan.caption_tokens))
     factsheet(-1)
     in_place = list(snap.in_place(plan.cut))
     master = snap.pack.layout.config.size
@@ -44,9 +45,14 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
     if plan.pages:  # pages stored before a turn stayed in place do not show its line
         inline(plan.pages[0].entries[0].turn_id)
     for i, (page, tier, price) in enumerate(zip(plan.pages, plan.actual, plan.costs)):
-        if tier is not Tier.GONE:
-            paper = price.text_tokens if tier is Tier.TEXT else cost.paper_tokens(tier, cost.tier_size(tier, master))
-            segs.append(PageSegment(page, tier, price.cost(tier), paper, images))
+        if tier is Tier.TEXT:
+            segs.append(PageSegment(page, tier, price.cost(tier), price.text_tokens, images))
+        elif tier is not Tier.GONE:  # an image, its label beside it (planned with it, at its most)
+            if page.handle is not None:
+                text = label(page.handle, page.turn_ids)
+                segs.append(TextSegment("label", text, snap.count(text)))
+            paper = cost.paper_tokens(tier, cost.tier_size(tier, master))
+            segs.append(PageSegment(page, tier, price.cost(tier) - LABEL_TOKENS, paper, images))
         # In place: after the last page that starts before it (one that shows its line), the
         # page sent or not.
         inline(plan.pages[i + 1].entries[0].turn_id if i + 1 < len(plan.pages) else None)

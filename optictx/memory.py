@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,29 +14,40 @@ from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
 from .gate import LegibilityGate
+from .handles import new_key
 from .images import PageImages
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
 from .policy import Policy, PolicyFields
+from .recall import Found, Recalled, recall_in, search_in
 from .renderers import Layout, RenderConfig
 from .report import memory_stats
 from .resident import Resident
-from .settings import as_budget, as_render, check_int, reopened, to_meta
+from .settings import as_budget, as_render, check_int, reopened, stored_key, to_meta
 from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer
+from .tools import Tools
 from .turns import Turn, to_turn
 
 DEFAULT_BUDGET = Budget(tokens=8192)
 
 
-def _opened(store: str | Path | Store | None, memory: Memory) -> Store:
-    """The memory's store, opened, with the memory's settings written to it."""
+def _opened(store: str | Path | Store | None, memory: Memory) -> tuple[Store, str]:
+    """The memory's store, opened, with the memory's settings written to it, and the memory's
+    key (`handles.py`): the one its store keeps, else the one given, else a new one."""
+    given = memory.key
     if store is None:
-        return MemoryStore()
+        return MemoryStore(), given or new_key()
     s = open_store(store) if isinstance(store, (str, Path)) else store
-    # Pages are derived data, re-packed from the turns on open: a changed render config
-    # re-renders every page instead of mixing old and new pixels.
-    s.set_meta(to_meta(memory))
-    return s
+    try:
+        memory.key = stored_key(s.settings(), getattr(s, "where", store), given)
+        # Pages are derived data, re-packed from the turns on open: a changed render config
+        # re-renders every page instead of mixing old and new pixels.
+        s.set_meta(to_meta(memory))
+    except BaseException:
+        if isinstance(store, (str, Path)):
+            s.close()
+        raise
+    return s, memory.key
 
 
 class Memory(PolicyFields):
@@ -58,11 +70,12 @@ class Memory(PolicyFields):
                  keep_recent: int = 4, store: str | Path | Store | None = None, tokens_per_page: int | None = None,
                  render: RenderConfig | str | Path | None = None, tokenizer: Any = None,
                  gate: LegibilityGate | None = None, image_cache_bytes: int = 256 * 2**20,
-                 policy: Policy | None = None, **policy_fields: Any) -> None:
-        """`budget`: a Budget, or an int for a token budget. `policy`: how contexts are planned
-        (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=`, `sticky_tiers=` and `verbatim=`
-        are shorthands that set those fields of it. Every setting is checked here: a bad one raises
-        ConfigError naming it."""
+                 policy: Policy | None = None, key: str | None = None, **policy_fields: Any) -> None:
+        """`budget`: a Budget, or an int for a token budget. `key`: the secret its pages' handles
+        are made with (`handles.py`; default: the one its store keeps, else a new one). `policy`:
+        how contexts are planned (`Policy`); `ladder=`, `fitter=`, `factsheet=`, `limits=`,
+        `sticky_tiers=` and `verbatim=` are shorthands that set those fields of it. Every setting
+        is checked here: a bad one raises ConfigError naming it."""
         self.keep_recent = check_int(keep_recent, "keep_recent", 0)
         self.policy = Policy.from_kwargs(policy, policy_fields)
         self.vision = get_cost_model(vision)
@@ -76,13 +89,14 @@ class Memory(PolicyFields):
         self.layout = Layout(self.render)
         self.images = PageImages(self.layout, max_bytes=image_cache_bytes)
         self._lock = threading.RLock()
-        self._store = _opened(store, self)
+        self.key = key
+        self._store, self.key = _opened(store, self)  # the key names its pages (`handles.py`)
         self._load()
 
     def _load(self) -> None:
         """(Re)build the in-memory view from the store: restored pages, then every turn replayed."""
         self._resident = Resident(self._store, self.layout, self.tokenizer, self.tokens_per_page, self.images,
-                                  self.gate)
+                                  self.gate, self.key)
         self._sync()
 
     # -- persistence ------------------------------------------------------------------------
@@ -149,6 +163,11 @@ class Memory(PolicyFields):
             self._sync()
             return list(self._resident.recent)
 
+    @property
+    def store(self) -> Store:
+        """Where its turns are kept (read it; add turns through the memory)."""
+        return self._store
+
     def transcript(self) -> list[Turn]:
         """Every turn ever added, verbatim, in order."""
         return self._store.since(-1)
@@ -165,20 +184,38 @@ class Memory(PolicyFields):
             self._sync()
             return [*self._resident.packer.sealed, *self._resident.packer.preview()]
 
+    def recall(self, page: str, *, turns: str | int | None = None, grep: str | None = None,
+               offset: int = 0) -> Recalled:
+        """The exact turns page `page` (its handle) holds, as stored: `turns` "41-45" of them,
+        the lines holding `grep`, from character `offset` (`recall.py`; RecallError otherwise)."""
+        return recall_in(self.pages, self._store, page, turns=turns, grep=grep, offset=offset)
+
+    def search(self, query: str, *, within: str | None = None, limit: int | None = None) -> Found:
+        """The newest turns holding every term of `query` (words, exact strings, "quoted
+        phrases"; any case), each with the page it is on. `within`: a page handle, checked."""
+        return search_in(self.pages, self._store, query, within=within, limit=limit)
+
+    def tools(self) -> Tools:
+        """`search` and `recall` as tools for a model: their definitions in each API's shape, and
+        `run(call)`, which answers a call in the shape it came in (`tools.py`)."""
+        return Tools(self)
+
     def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None,
-                commit: bool = True, at: float | None = None) -> Context:
+                commit: bool = True, at: float | None = None, tools: Sequence[str] | None = None) -> Context:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big.
 
         With `Policy.cache` (the default) it is the last context for this budget and vision with
         the new turns appended, unless a compaction is forced or pays (`Context.event` says
         which); after the provider's cache entries expired, one that makes the prompt smaller
         always pays. `at`: the call's time (seconds since the epoch; default now). `commit=False`
-        plans as this call would without recording it (a dry run)."""
+        plans as this call would without recording it (a dry run). `tools`: the names the model
+        calls `search` and `recall` by, said in the caption (default: `Policy.tools`)."""
         with self._lock:
             self._sync()
             budget = self.budget if budget is None else as_budget(budget)
             cost = self.vision if vision is None else get_cost_model(vision)
-            return self._resident.context(self.policy, budget, cost, commit, time.time() if at is None else at)
+            policy = self.policy if tools is None else replace(self.policy, tools=tuple(tools))
+            return self._resident.context(policy, budget, cost, commit, time.time() if at is None else at)
 
     def legibility(self) -> list[dict[str, Any]]:
         """Per sealed page, what the legibility gate found (reading the pages it has not read

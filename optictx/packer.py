@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from . import handles, repeats
 from .errors import ConfigError
 from .lru import LRU
 from .renderers import Block, Columns, Layout, Line
@@ -20,6 +21,8 @@ from .tokens import Tokenizer
 from .turns import Turn
 
 MIN_TOKENS_PER_PAGE, MAX_TOKENS_PER_PAGE = 16, 65_536  # a page holds ~1,000 at the default size
+
+STYLES = ("header", "text", "code", "wrap", "ref", "handle", "rule")  # what a stored page's lines may be
 
 # Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
 # by an older optictx are re-packed instead of mixed with new ones.
@@ -72,11 +75,13 @@ def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One laid-out line and the turn it came from."""
+    """One laid-out line and the turn it came from; `covers`: the turn's lines it stands for (a
+    reference to lines the page already shows stands for them all, `repeats.py`)."""
 
     turn_id: int
     line: Line
     tokens: int
+    covers: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +108,14 @@ class Page:
 
     @cached_property
     def turn_ids(self) -> tuple[int, ...]:
-        return tuple(dict.fromkeys(e.turn_id for e in self.entries))
+        """The turns whose lines the page shows (its handle line shows none)."""
+        return tuple(dict.fromkeys(e.turn_id for e in self.entries if e.covers))
+
+    @property
+    def handle(self) -> str | None:
+        """The page's handle (`handles.py`), drawn on its first line; None on a page without one."""
+        first = self.entries[0].line if self.entries else None
+        return first.text if first is not None and first.style == "handle" else None
 
     @cached_property
     def digest(self) -> str:
@@ -120,15 +132,21 @@ class Page:
 
     def to_blob(self) -> str:
         """The sealed page as the store keeps it (JSON text; `Packer.restore` reads it back)."""
-        rows = [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text] for e in self.entries]
+        rows = [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text, *([e.covers] if e.covers != 1 else [])]
+                for e in self.entries]
         return json.dumps({"tokens": self.tokens, "lines": rows}, ensure_ascii=True)
+
+
+def _stored_right(e: Entry) -> bool:
+    """A stored line of a known style, standing for turn lines as its style does (a handle for none)."""
+    return e.line.style in STYLES and (e.covers == 0 if e.line.style == "handle" else e.covers >= 1)
 
 
 def _page_from_blob(blob: str, index: int, style: str) -> Page:
     body = json.loads(blob)
-    entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n))
-                    for tid, style_, height, n, text in body["lines"])
-    if not entries or any(e.line.style not in ("header", "text", "code", "wrap", "rule") for e in entries):
+    entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n), int(covers[0]) if covers else 1)
+                    for tid, style_, height, n, text, *covers in body["lines"])
+    if not entries or not all(_stored_right(e) for e in entries):
         raise ConfigError(f"stored page {index} is malformed")
     return Page(index, entries, True, style, int(body["tokens"]))
 
@@ -184,6 +202,7 @@ class PackView:
     style: str = field(repr=False)
     layout: Layout = field(repr=False)
     entries: _Lines = field(repr=False)  # a turn's lines (a shared, thread-safe cache)
+    handle_of: Callable[[int], str] | None = field(default=None, repr=False)  # page index -> its handle
 
     def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
         """Pages after the sealed ones if `turns` were packed too (the open page included)."""
@@ -209,17 +228,57 @@ class PackView:
         first_index = len(self.sealed)
         cur, cols = list(self.open_entries), self.cols.copy()  # the open page's cursor, not a replay of it
         used_t = sum(e.tokens for e in cur)
-        for e in entries:
+        index: dict[str, list[int]] = {}  # the page's line texts -> where (repeats.py)
+        for at, e in enumerate(cur):
+            repeats.remember(index, e.line.text, at, e.line.style)
+        i = 0
+        while i < len(entries):
+            if not cur and self.handle_of is not None:  # a page opens with its handle
+                cur.append(self._opening(first_index + len(pages), entries[i].turn_id, cols))
+                used_t += cur[-1].tokens
+            e = entries[i]
+            n, copy = repeats.run_at(cur, entries, i, index) if cfg.repeats else (0, -1)
+            if n:
+                e = self._reference(entries[i : i + n], cur[copy])
             fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None
             if not fits:
-                if cur:
+                if any(x.covers for x in cur):  # a page with only its handle takes the line, whatever it is
                     pages.append(Page(first_index + len(pages), tuple(cur), True, self.style))
-                    cur, used_t = [], 0
-                cols = Columns(cfg)
+                    cur, used_t, index, cols = [], 0, {}, Columns(cfg)
+                    if self.handle_of is not None:
+                        cur.append(self._opening(first_index + len(pages), entries[i].turn_id, cols))
+                        used_t += cur[-1].tokens
+                else:
+                    cols = Columns(cfg)
+                    for x in cur:
+                        cols.place(x.line.height)
+                if n:  # the copy is on the page just sealed: these lines are drawn here again
+                    e, n = entries[i], 0
                 cols.place(e.line.height, keep(e))  # an empty page takes any one line
+            repeats.remember(index, e.line.text, len(cur), e.line.style)
             cur.append(e)
             used_t += e.tokens
+            i += max(1, n)
         return pages, cur, cols
+
+    def _opening(self, index: int, turn_id: int, cols: Columns) -> Entry:
+        """Page `index`'s first line, its handle (`handles.py`), placed on `cols`: it stands for
+        no turn's line (`covers` 0), and carries the id of the turn that follows it."""
+        text = handles.drawn(self.handle_of(index))  # type: ignore[misc]
+        line = Line(text, "handle", self.layout.config.handle_height)
+        cols.place(line.height)
+        return Entry(turn_id, line, self.entries.tokenizer.count(text), 0)
+
+    def _reference(self, run: Sequence[Entry], copy: Entry) -> Entry:
+        """One line standing for `run`, lines the page already shows from `copy` on."""
+        measure, room = self.layout.measure("code"), self.layout.config.text_width
+        anchor, lines = copy.line.text, sum(1 for e in run if e.line.style != "wrap")  # source lines
+        line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height)
+        while measure(line.text) > room and anchor:  # the anchor shortened until the line fits its column
+            anchor = anchor[: len(anchor) * 3 // 4]
+            line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height)
+        tokens = self.entries.tokenizer.count(line.text)
+        return Entry(run[0].turn_id, line, tokens, sum(e.covers for e in run))
 
 
 class Packer:
@@ -230,7 +289,7 @@ class Packer:
     """
 
     def __init__(self, layout: Layout, tokenizer: Tokenizer, tokens_per_page: int | None = None,
-                 in_place: Container[int] = frozenset()) -> None:
+                 in_place: Container[int] = frozenset(), handle: Callable[[int], str] | None = None) -> None:
         tokens_per_page = layout.config.tokens_per_page if tokens_per_page is None else tokens_per_page
         if not MIN_TOKENS_PER_PAGE <= tokens_per_page <= MAX_TOKENS_PER_PAGE:
             raise ConfigError(f"tokens_per_page={tokens_per_page} is out of range "
@@ -240,7 +299,8 @@ class Packer:
         self.tokens_per_page = tokens_per_page
         self.entries = _Lines(layout, tokenizer, in_place)
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
-        self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries)
+        self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries,
+                              handle)
         self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
         self._saved = 0  # sealed pages already handed to the store
 
@@ -273,7 +333,7 @@ class Packer:
         if sealed:
             last, done = sealed[-1].entries[-1].turn_id, 0
             for page in reversed(sealed):  # a turn's lines are contiguous: count back to its start
-                n = sum(1 for e in page.entries if e.turn_id == last)
+                n = sum(e.covers for e in page.entries if e.turn_id == last)
                 done += n
                 if n < len(page.entries):
                     break
@@ -308,6 +368,6 @@ class Packer:
         new = [Page(p.index, p.entries, True, self._style, self.tokenizer.count(p.text)) for p in full]
         v = self._view  # a new view, built directly: dataclasses.replace costs ~20 us, once per add
         self._view = PackView((*v.sealed, *new) if new else v.sealed, tuple(rest), cols, v.tokens_per_page, v.style,
-                              v.layout, v.entries)
+                              v.layout, v.entries, v.handle_of)
         self.entries.forget(turn)
         return new

@@ -20,18 +20,34 @@ from .tiers import Tier
 from .turns import Role, Turn
 
 CAPTION = (
-    "Earlier conversation, rendered as page images, oldest first. Each page shows turns with a "
-    "header '#<turn id> <ROLE>'; a line '#<turn id>: ...' after a page repeats exact strings of "
-    "that turn verbatim; the messages after the pages continue from where they end."
+    "Earlier conversation, rendered as page images, oldest first, each after a label '[page <handle>: "
+    "turns #<first>-#<last>]'. A page shows turns with a header '#<turn id> <ROLE>'; a line '= <n> lines, "
+    "#<turn id>: ...' stands for lines that page already shows above it; a line '#<turn id>: ...' after a page "
+    "repeats exact strings of that turn verbatim; the messages after the pages continue from where they end."
 )
 
-SegmentKind = Literal["system", "pinned", "caption", "factsheet", "inline", "recent"]
+
+
+def caption(tools: Sequence[str] = ()) -> str:
+    """The caption before the pages; with the tools the model has for them (`Policy.tools`: the
+    names of `search` and `recall`, as the model's tool list spells them), how to get exact words."""
+    if not tools:
+        return CAPTION
+    search = next((t for t in tools if t.endswith("search")), None)
+    recall = next((t for t in tools if t.endswith("recall")), None)
+    how = [f"call {recall} with a page's handle for its turns word for word" if recall else "",
+           f"{search} finds any string in the conversation" if search else ""]
+    return CAPTION + " Pages may be misread: " + "; ".join(h for h in how if h) + "."
+
+
+SegmentKind = Literal["system", "pinned", "caption", "factsheet", "label", "inline", "recent"]
 
 
 @dataclass(frozen=True)
 class TextSegment:
     """Text the consumer reads as text: a native turn (`inline`: one that stays text in place,
-    between the pages), the caption above the pages, or a part of the factsheet. `drawn`: a
+    between the pages), the caption above the pages, a page's label beside its image
+    (`handles.label`), or a part of the factsheet. `drawn`: a
     recent turn as a page draws it (its lines in `PageSegment.text` once it moves onto the open
     page), else None."""
 
@@ -89,7 +105,7 @@ class PageSegment:
 
 Segment = TextSegment | PageSegment
 
-PieceKind = Literal["system", "pinned", "caption", "factsheet", "page", "open", "inline", "recent"]
+PieceKind = Literal["system", "pinned", "caption", "factsheet", "label", "page", "open", "inline", "recent"]
 
 
 @dataclass(frozen=True, eq=False)

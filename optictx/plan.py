@@ -58,6 +58,7 @@ class Snapshot:
     all_images: tuple[tuple[int, int] | None, ...] = ()  # the sizes of every turn's native images
     inline: tuple[Turn, ...] = ()  # turns that stay text in place, on pages already (not in `recent`)
     inline_ids: frozenset[int] = frozenset()  # every such turn's id, `recent` ones included
+    caption: str = CAPTION  # the text before the pages (`pieces.caption`)
 
     def in_place(self, cut: int) -> tuple[Turn, ...]:
         """The turns that stay text in place when recent[:cut] joins the pages: on pages already,
@@ -80,7 +81,7 @@ class Snapshot:
 def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Plan:
     """The context's plan under `budget` for a consumer priced by `cost`. Raises BudgetError
     (with the shortfall) when even the system and pinned turns do not fit."""
-    limit, caption = budget.limit, snap.count(CAPTION)
+    limit, caption = budget.limit, snap.count(snap.caption)
     image_cap = policy.limits.image_cap(cost.max_images)
     original = snap.original_tokens(cost) if policy.verbatim else None
     if original is not None:

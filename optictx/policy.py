@@ -49,6 +49,8 @@ class Policy:
       it (a cold cache's compaction, which costs less, or one the hard budget forces), and an
       agent that never pauses longer than the cache lives is sent as it came until then
       (BENCHMARKS.md, "A bound on the bet").
+    - `tools`: the names of the tools the model has for the pages (`search`, `recall`, as its
+      tool list spells them): the caption before the pages says to call them (`pieces.caption`).
     """
 
     ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
@@ -64,6 +66,7 @@ class Policy:
     margin: float = 1.5
     pricing: str | CachePricing | None = None
     risk: float | None = None
+    tools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
@@ -78,14 +81,17 @@ class Policy:
                   "pricing": self.pricing is None or isinstance(self.pricing, CachePricing) or (
                       isinstance(self.pricing, str) and self.pricing in CACHE_PRICING),
                   "risk": self.risk is None or (isinstance(self.risk, (int, float)) and not isinstance(self.risk, bool)
-                                                and 0 <= self.risk <= 1000)}
+                                                and 0 <= self.risk <= 1000),
+                  "tools": isinstance(self.tools, tuple) and len(self.tools) <= 4 and all(
+                      isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in self.tools)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
                  "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
                  "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
                  "horizon": "a number in [0, 1000]", "first_horizon": "a number in [0, 1000]",
                  "margin": "a number in [1, 1000]",
                  "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}",
-                 "risk": "None or a number in [0, 1000]"}
+                 "risk": "None or a number in [0, 1000]",
+                 "tools": "a tuple of at most 4 tool names (1 to 64 printable characters)"}
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")

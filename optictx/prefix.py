@@ -35,7 +35,7 @@ from .context import Context
 from .cost import CostModel
 from .errors import BudgetError
 from .packer import PackView, Page
-from .pieces import CAPTION, common_prefix
+from .pieces import common_prefix
 from .plan import Snapshot, as_it_came, plan, safe_cuts
 from .planned import Plan
 from .planstate import Frozen
@@ -260,7 +260,7 @@ def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapsho
     tiers = [t for _, t in state.pages]
     costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.size)
     other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
-    caption = snap.count(CAPTION)
+    caption = snap.count(snap.caption)
     return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False)
 
 

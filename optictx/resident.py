@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from . import handles
 from .budget import Budget
 from .context import Context
 from .cost import CostModel
@@ -16,6 +17,7 @@ from .factlines import TurnFacts
 from .gate import LegibilityGate
 from .images import PageImages
 from .packer import Packer
+from .pieces import caption
 from .plan import Snapshot, overflow
 from .planning import Planning
 from .policy import Policy
@@ -34,10 +36,11 @@ class Resident:
     """One memory's state in RAM (its caller holds the memory's lock)."""
 
     def __init__(self, store: Store, layout: Layout, tokenizer: Any, tokens_per_page: int, images: PageImages,
-                 gate: LegibilityGate | None) -> None:
+                 gate: LegibilityGate | None, key: str) -> None:
         self._store, self._tokenizer = store, tokenizer
         self.index = TurnIndex(tokenizer)  # per-turn facts, system, pinned and in-place turns
-        self.packer = Packer(layout, tokenizer, tokens_per_page, in_place=self.index.inline_ids)
+        self.packer = Packer(layout, tokenizer, tokens_per_page, in_place=self.index.inline_ids,
+                             handle=partial(handles.handle, key))
         # Sealed pages stored under this memory's packing key: a reopen need not lay them out again.
         self.packer.restore(store.load_pages(self.packer.key))
         self.recent: list[Turn] = []  # turns not on a sealed page yet
@@ -95,4 +98,5 @@ class Resident:
         tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *inline, *recent))
         return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
                         self._tokenizer.count, images, floors, last, self.facts, transcript,
-                        index.text_total, index.all_images(), inline, frozenset(index.inline_ids))
+                        index.text_total, index.all_images(), inline, frozenset(index.inline_ids),
+                        caption(policy.tools))

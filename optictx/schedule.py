@@ -19,6 +19,7 @@ from typing import Protocol
 
 from .cost import CostModel
 from .errors import ConfigError
+from .handles import LABEL_TOKENS
 from .tiers import IMAGE_TIERS, MASTER, Tier
 
 
@@ -102,7 +103,8 @@ def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Ti
                master: int = MASTER) -> list[PageCost]:
     """Cost tables for pages of these text sizes (and gate floors), drawn `master` px square;
     equal ones share one table."""
-    per_tier = tuple((t, model.page_tokens(t, master)) for t in IMAGE_TIERS)  # square pages: same for all
+    # An image page is sent with its label beside it (`handles.label`), planned at its most.
+    per_tier = tuple((t, model.page_tokens(t, master) + LABEL_TOKENS) for t in IMAGE_TIERS)  # the same for all
     floors = floors or [Tier.GONE] * len(text_tokens)
     return [_page_cost(n, per_tier, f) for n, f in zip(text_tokens, floors)]
 

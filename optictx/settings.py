@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from .budget import Budget
 from .cost import PROFILES, CostModel
 from .errors import ConfigError, StoreError
+from .handles import new_key
 from .limits import Limits
 from .renderers import RenderConfig
 from .store import open_store
@@ -24,9 +25,30 @@ _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 T = TypeVar("T")  # the memory class `reopened` builds
 
 
+def stored_key(meta: Any, path: Any, given: str | None = None) -> str:
+    """The memory key its store keeps (`handles.py`), else `given`, else a new one; a stored key
+    that is not one is damaged settings, and a key given that is not the stored one is refused
+    (either would change its pages' handles)."""
+    key = meta.get("key") if isinstance(meta, dict) else None
+    if given is not None and not _is_key(given):
+        raise ConfigError(f"key={short(given)}: 32 hex digits (handles.new_key() makes one)")
+    if key is None:
+        return given or new_key()
+    if not _is_key(key):
+        raise StoreError(f"{path}: damaged settings: key is {short(key)}, not 32 hex digits")
+    if given is not None and given != key:
+        raise ConfigError(f"key=...: {path} keeps another key, and its pages keep their handles; give none")
+    return key
+
+
+def _is_key(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+
+
 def to_meta(mem: Any) -> dict[str, Any]:
-    """What `from_meta` needs to rebuild `mem`'s settings (plain JSON data)."""
+    """What `from_meta` needs to rebuild `mem`'s settings (plain JSON data), and its key."""
     meta = {key: kind(getattr(mem, key)) for key, kind in _PLAIN.items() if key != "vision"}
+    meta["key"] = mem.key
     meta["vision"] = mem.vision.name
     meta.update({key: kind(getattr(mem, key)) for key, kind in _OPTIONAL.items() if getattr(mem, key) is not None})
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})

@@ -35,8 +35,9 @@ def indent_of(line: str) -> int:
 
 def hang_of(line: str, columns: int) -> int:
     """The indentation of a line's continuations, in columns: under its text and `HANG` more,
-    but no more than half a column of `columns` (deep indentation in a narrow column)."""
-    return min(indent_of(line) + HANG, max(HANG, columns // 2))
+    but no more than a quarter of a column of `columns` (deep indentation in a narrow column
+    would leave a continuation little room, and a page's rows go to waste)."""
+    return min(indent_of(line) + HANG, max(HANG, columns // 4))
 
 
 def units(text: str) -> list[str]:

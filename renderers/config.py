@@ -60,6 +60,8 @@ class RenderConfig(BaseModel):
                                "breaking lines between items")
     compact_indent: bool = Field(True, description="code laid out as a program: four-space (or tab) "
                                  "indentation drawn at half its depth, the same on every line")
+    repeats: bool = Field(True, description="a run of lines that repeats lines the same page shows is drawn as "
+                          "one line naming the copy (read by the packer)")
     code_layout: Literal["program", "chars"] = Field(
         "program", description="code and tool output: 'program' wraps between tokens, indents and marks "
         "continuations, draws line-number gutters compact (codewrap.py); 'chars' breaks at the column's last character")
@@ -77,6 +79,16 @@ class RenderConfig(BaseModel):
     @property
     def header_height(self) -> int:
         return round(self.header_size * 1.6)
+
+    @property
+    def handle_size(self) -> int:
+        """The page handle's type (`optictx.handles`), twice the text's: at TINY an eight-letter
+        id must be read without a slip (at 1.5 times, Tesseract misread 2 of 7 at 512 px)."""
+        return round(self.font_size * 1.75)
+
+    @property
+    def handle_height(self) -> int:
+        return round(self.handle_size * self.line_spacing)
 
     @property
     def text_width(self) -> int:

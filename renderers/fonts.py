@@ -115,12 +115,13 @@ def _existing(paths: tuple[str, ...]) -> tuple[str, ...]:
 
 @dataclass
 class FontSet:
-    """The three chains a page uses (body, header, code), built once per config."""
+    """The chains a page uses (body, header, code, and the page's handle), built once per config."""
 
     body: FontChain
     header: FontChain
     code: FontChain
     digest: str
+    handle: FontChain
 
     @classmethod
     def for_config(cls, config: RenderConfig) -> FontSet:
@@ -144,9 +145,10 @@ def _fontset(config: RenderConfig) -> FontSet:
     body = chain(MONO, config.font_size, SANS) if config.body_font == "mono" else chain(SANS, config.font_size, MONO)
     header = chain(SANS_BOLD, config.header_size, SANS)
     code = chain(MONO, config.font_size, SANS)
+    handle = chain(MONO, config.handle_size, SANS)
     files = sorted({f.path for c in (body, header, code) for f in c.faces})
     digest = hashlib.sha256("".join(_file_digest(p) for p in files).encode()).hexdigest()[:16]
-    return FontSet(body, header, code, digest)
+    return FontSet(body, header, code, digest, handle)
 
 
 def is_rtl(text: str) -> bool:

@@ -14,8 +14,10 @@ from .config import RenderConfig
 from .fonts import REPLACEMENT, FontChain, FontSet, is_rtl
 from .jsonwrap import json_items
 
-# "wrap": a code line's continuation, indented under it and marked (`codewrap.py`).
-Style = Literal["header", "text", "code", "wrap", "rule"]
+# "wrap": a code line's continuation, indented under it and marked (`codewrap.py`); "ref": a line
+# standing for lines the page already shows (drawn as code); "handle": the line a page opens with,
+# its id (`optictx.handles`). The packer makes the last two.
+Style = Literal["header", "text", "code", "wrap", "ref", "handle", "rule"]
 ELLIPSIS = "\u2026"
 # A source line that is only a long run of one rule character is decoration: it is drawn as a
 # rule across the column, half a line high, and its text on the page is RULE (the run's exact
@@ -198,7 +200,8 @@ class Layout:
         self.fonts = FontSet.for_config(self.config)
         self.ink = GlyphInk()  # glyph and word masks, for draw.py
         code = Measurer(self.fonts.code, monospace=True)
-        self._m = {"header": Measurer(self.fonts.header), "text": Measurer(self.fonts.body), "code": code, "wrap": code}
+        self._m = {"header": Measurer(self.fonts.header), "text": Measurer(self.fonts.body), "code": code, "wrap": code,
+                   "ref": code, "handle": Measurer(self.fonts.handle)}
 
     def chain(self, style: Style) -> FontChain:
         return self._m[style].chain
@@ -212,6 +215,8 @@ class Layout:
         cfg = self.config
         if style == "header":
             return (cfg.header_height - cfg.header_size) // 2 - 1
+        if style == "handle":
+            return (cfg.handle_height - cfg.handle_size) // 2
         return (cfg.line_height - cfg.font_size) // 2
 
     def ink_bottom(self, style: Style) -> int:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -344,8 +345,10 @@ class Reference:
     proxy pins it. Since the append-only planner, the body depends on the conversation's history
     of calls, not only on its turns (optictx/serve/proxy.py, `fit`)."""
 
-    def __init__(self, dialect: Any, *, budget: int, keep: int, vision: str | None = None) -> None:
+    def __init__(self, dialect: Any, *, budget: int, keep: int, vision: str | None = None,
+                 key: Callable[[], str] | None = None) -> None:
         self.dialect, self.budget, self.vision, self.keep = dialect, budget, vision, keep
+        self.key = key  # the conversation's handle key, asked for once its first request is in
         self.memory: Any = None  # made on the first request, its pages drawn for that request's vision
 
     def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
@@ -355,16 +358,27 @@ class Reference:
         parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
         vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
         if self.memory is None:
-            self.memory = Memory(keep_recent=self.keep, budget=self.budget, vision=vision)  # as the proxy's
+            self.memory = Memory(keep_recent=self.keep, budget=self.budget, vision=vision,
+                                 key=self.key() if self.key else None)  # as the proxy's
         for t in parsed.turns[len(self.memory):]:
             self.memory.add(t)
         fitted, ctx = fit(self.memory, self.dialect, parsed, self.budget, vision)
         return json.loads(fitted), ctx
 
 
-def fresh(dialect: Any, body: dict[str, Any], *, budget: int, keep: int, vision: str | None = None) -> tuple[Any, Any]:
+def fresh(dialect: Any, body: dict[str, Any], *, budget: int, keep: int, vision: str | None = None,
+          key: Callable[[], str] | None = None) -> tuple[Any, Any]:
     """What the proxy sends for a conversation's first request: (body, context)."""
-    return Reference(dialect, budget=budget, keep=keep, vision=vision).send(body)
+    return Reference(dialect, budget=budget, keep=keep, vision=vision, key=key).send(body)
+
+
+def newest_key(ledger: Any, api_key: str = "key-a") -> Callable[[], str]:
+    """The handle key of the tenant's newest conversation, read from the ledger when asked: the
+    proxy keys a conversation's page handles by its id (`handles.key_for`)."""
+    from optictx import handles
+    from optictx.serve.conversations import tenant_of
+
+    return lambda: handles.key_for(ledger.conversations(tenant_of({"authorization": f"Bearer {api_key}"}))[0]["id"])
 
 
 class ServeProcess:

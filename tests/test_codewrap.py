@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from optictx.eval.structure import block_structure
 from optictx.renderers import Block, Layout, RenderConfig, draw_page
 from optictx.renderers.codewrap import HANG, compact_indent, gutter, wrap
+from optictx.renderers.draw import MARK_GREY
 
 WORD = st.from_regex(r"[a-z_][a-z0-9_]{0,11}|[0-9]{1,6}|[a-z]{1,5}(/[a-z]{1,5}){1,2}\.py", fullmatch=True)
 PUNCT = st.sampled_from(["(", ")", ", ", " = ", ".", "[", "]", ": ", " + ", '"', "{", "}", " "])
@@ -34,7 +35,8 @@ def test_a_wrapped_line_keeps_its_tokens_whole_and_its_continuations_under_it(li
             assert any(atom in text for text, _ in drawn), (atom, drawn)
     indent = len(line) - len(line.lstrip(" "))
     if indent + HANG <= width // 2 and all(len(a) <= width // 2 - HANG for a in re.findall(r"\S+", line)):
-        assert all(t.startswith(" " * (indent + HANG)) for t, more in drawn if more)  # under its line
+        # Under its line, HANG further in, but never deeper than a quarter of the column.
+        assert all(t.startswith(" " * min(indent + HANG, max(HANG, width // 4))) for t, more in drawn if more)
 
 
 def test_a_numbered_listing_draws_its_gutter_compact():
@@ -61,9 +63,11 @@ def test_a_continuation_is_marked_on_the_page():
     assert [ln.style for ln in lines] == ["code"] + ["wrap"] * (len(lines) - 1) and len(lines) > 1
     img, boxes = draw_page(lines, layout)
     x0, y0, _, _ = boxes[1].box
-    text_x = x0 + round(layout.measure("code")(" ") * (len(lines[1].text) - len(lines[1].text.lstrip())))
-    mark = img.crop((x0, y0, text_x, y0 + layout.config.line_height))
-    assert mark.getextrema()[0] < 128  # ink before the continuation's text: its hook
+    gutter = img.crop((x0 - layout.config.gutter // 2, y0, x0, y0 + layout.config.line_height))
+    assert gutter.getextrema()[0] == MARK_GREY  # a light bar beside the continuation, outside its box
+    first = img.crop((boxes[0].box[0] - layout.config.gutter // 2, boxes[0].box[1], boxes[0].box[0],
+                      boxes[0].box[1] + layout.config.line_height // 3))
+    assert first.getextrema()[0] == 255  # none beside the line that is not a continuation
 
 
 PROGRAM = '''def export_total(items: list[dict], *, limit: int = 39) -> Decimal:

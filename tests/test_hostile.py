@@ -217,13 +217,13 @@ def test_10_mb_turns(kind):
 
 def test_pages_per_context_are_capped_by_limits_and_by_the_provider():
     mem = Memory(budget=Budget(tokens=400_000), keep_recent=1, verbatim=False)
-    for i in range(150):  # ~300 pages of ~1000 tokens
+    for i in range(150):  # ~170 pages (a line repeated on a page is drawn once, then referred to)
         mem.add({"role": "user", "content": f"turn {i} " + "words and more words " * 400})
     claude = mem.context(vision="anthropic")
     assert len([p for p in claude.pages if p.tier.is_image]) == 100  # Anthropic's per-request cap
     sealed = [p for p in mem.pages if p.sealed]
     assert claude.pages[-1].page.index == len(sealed) - 1  # the newest kept, the oldest dropped
-    assert len([p for p in mem.context().pages if p.tier.is_image]) > 250  # DeepSeek-OCR: no cap
+    assert len([p for p in mem.context().pages if p.tier.is_image]) >= len(sealed) > 100  # DeepSeek-OCR: no cap
     capped = Memory(budget=Budget(tokens=400_000), keep_recent=1, limits=Limits(max_images=3), verbatim=False)
     for t in mem.transcript()[:20]:
         capped.add(t.model_copy(update={"id": None}))

@@ -34,7 +34,7 @@ def test_a_system_turn_in_the_conversation_stays_text_between_the_pages_that_hol
     reminder = next(t for t in mem.transcript() if t.text == REMINDER)
     at = [i for i, s in enumerate(ctx.segments) if getattr(s, "turn", None) == reminder]
     assert len(at) == 1 and ctx.segments[at[0]].kind == "inline"
-    drawn = [e.line.text for p in ctx.pages for e in p.page.entries if e.turn_id == reminder.id]
+    drawn = [e.line.text for p in ctx.pages for e in p.page.entries if e.turn_id == reminder.id and e.covers]
     assert drawn == [f"#{reminder.id} SYSTEM{IN_PLACE}"]  # its place on the page, not its words
     assert not any(REMINDER in p.text for p in ctx.pages)
     before = [s for s in ctx.segments[: at[0]] if hasattr(s, "page")]
@@ -78,7 +78,7 @@ def test_a_turn_marked_as_sent_is_never_drawn(sample):
     kept = next(t for t in mem.transcript() if AS_SENT in t.metadata)
     assert [s.kind for s in ctx.segments if getattr(s, "turn", None) == kept] == ["inline"]
     assert all(e.line.text == f"#{kept.id} USER{IN_PLACE}" for p in ctx.pages for e in p.page.entries
-               if e.turn_id == kept.id)
+               if e.turn_id == kept.id and e.covers)
     assert not any("see the attachment" in p.text for p in ctx.pages)
 
 

@@ -71,11 +71,13 @@ def test_a_page_says_what_it_draws_and_the_transcript_keeps_every_blank():
     from optictx import Memory
     from optictx.renderers import draw_page
 
-    noisy = "ls -la   \r\n\r\n\r\n\r\ntotal 8\rdone\n\n\n" + "row   \n" * 30
+    def noisy(i: int) -> str:  # rows of its own in each turn: nothing on a page repeats
+        return f"{i}: ls -la   \r\n\r\n\r\n\r\ntotal 8\rdone\n\n\n" + "".join(f"row {i}.{k}   \n" for k in range(30))
+
     mem = Memory(keep_recent=0, verbatim=False)
     for i in range(30):
-        mem.add({"role": "user", "content": f"{i}: {noisy}"})
-    assert [t.content for t in mem.transcript()] == [f"{i}: {noisy}" for i in range(30)]
+        mem.add({"role": "user", "content": noisy(i)})
+    assert [t.content for t in mem.transcript()] == [noisy(i) for i in range(30)]
     page = next(p for p in mem.pages if p.sealed)
     assert "\n\n\n" not in page.text and "   \n" not in page.text
     _, boxes = draw_page(page.lines, mem.layout)

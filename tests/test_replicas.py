@@ -6,17 +6,18 @@ from __future__ import annotations
 import random
 import threading
 import time
+from functools import partial
 
 import pytest
 from conftest import needs
 
 pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
 
-from optictx import Memory  # noqa: E402
+from optictx import Memory, handles  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Reference, ServeProcess, fresh  # noqa: E402
+from serve_peers import Reference, ServeProcess, fresh, newest_key  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
@@ -36,17 +37,21 @@ def _body(upstream):
     return upstream.last("/v1/chat/completions").body
 
 
-def _expected(history):
-    return fresh(OPENAI, {"model": "deepseek-ocr", "messages": history}, budget=BUDGET, keep=KEEP, vision=VISION)[0]
+def _expected(history, key):
+    return fresh(OPENAI, {"model": "deepseek-ocr", "messages": history}, budget=BUDGET, keep=KEEP, vision=VISION,
+                 key=key)[0]
 
 
-def _reference():
-    return Reference(OPENAI, budget=BUDGET, keep=KEEP, vision=VISION)
+def _reference(url):
+    """What one replica sends for the only conversation in the store at `url`."""
+    from optictx.serve.ledger import Ledger
+
+    return Reference(OPENAI, budget=BUDGET, keep=KEEP, vision=VISION, key=newest_key(Ledger(url)))
 
 
-def _after(*histories):
+def _after(*histories, key):
     """What one replica sends for the last of these requests, after the ones before it."""
-    ref = _reference()
+    ref = Reference(OPENAI, budget=BUDGET, keep=KEEP, vision=VISION, key=key)
     return [ref.send({"model": "deepseek-ocr", "messages": h})[0] for h in histories][-1]
 
 
@@ -63,7 +68,7 @@ def test_requests_alternating_between_replicas_send_what_one_replica_would(clust
     replicas = [replica(upstream.openai_url, cluster_db) for _ in range(2)]
     try:
         history = list(sample[:30])
-        reference = _reference()
+        reference = _reference(cluster_db)
         for step in range(8):
             history += sample[30 + 6 * step: 36 + 6 * step]
             replicas[step % 2].client.chat.completions.create(model="deepseek-ocr", messages=history)
@@ -92,8 +97,9 @@ def test_two_branches_at_once_on_two_replicas_never_mix(cluster_db, upstream, sa
             sent = [a.body for a in upstream.arrivals[-2:]]
             # Each branch went as a fork's first request, or as the next call of the memory that
             # held the base (the one that reached it first, at the first step).
+            keys = [partial(handles.key_for, c) for c, _ in _conversations(cluster_db)]  # whichever it went to
             for body in sent:
-                assert any(body in (_expected(h), _after(base, h)) for h in branches), step
+                assert any(body in (_expected(h, k), _after(base, h, key=k)) for h in branches for k in keys), step
             assert sent[0] != sent[1]
     finally:
         for r in replicas:
@@ -105,7 +111,7 @@ def test_a_replica_killed_mid_request_loses_no_acknowledged_turn(cluster_db, ups
     upstream.delay = 1.5  # a request is in flight for a while: kills land before, in and after the adds
     a, b = replica(upstream.openai_url, cluster_db), replica(upstream.openai_url, cluster_db)
     history, rest = list(sample[:20]), iter(sample[20:])
-    reference = _reference()
+    reference = _reference(cluster_db)
     killed = 0
     try:
         for step in range(5):

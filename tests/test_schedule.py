@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
+from optictx.handles import LABEL_TOKENS
 from optictx.native import image_sizes, images_cost
 from optictx.packer import IN_PLACE
 from optictx.pieces import PageSegment
@@ -97,7 +98,7 @@ def test_system_and_pinned_turns_stay_text(mem):
     for t in mem.transcript():
         if t.role == "system" or t.pinned:
             assert t.id in texts
-            on_pages = [e.line.text for s in ctx.pages for e in s.page.entries if e.turn_id == t.id]
+            on_pages = [e.line.text for s in ctx.pages for e in s.page.entries if e.turn_id == t.id and e.covers]
             if t.id in front:
                 assert not on_pages
             else:  # a system turn in place: a page shows only the line that says where its text is
@@ -173,7 +174,8 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
         assert [s.turn.id for s in ctx.segments] == [t.id for t in mem.transcript()]
         return
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
-    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "inline": 3, "recent": 4}
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "label": 3, "inline": 3,
+             "recent": 4}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
     # a turn in place sits between the pages that hold the turns before and after it
     pages = sorted([*(s.page for s in ctx.pages), *ctx.gone], key=lambda p: p.index)
@@ -225,7 +227,7 @@ def test_default_ladder_by_age_then_budget_demotes_oldest_first():
 
 def test_pages_shrink_to_tiny_before_any_is_dropped():
     costs = page_costs([1000] * 10, COST_MODELS["deepseek-ocr"])
-    tiny = COST_MODELS["deepseek-ocr"].page_tokens(Tier.TINY)
+    tiny = COST_MODELS["deepseek-ocr"].page_tokens(Tier.TINY) + LABEL_TOKENS  # a page and its label
     assert schedule(costs, 10 * tiny, AgeLadder(), OldestFirst()) == [Tier.TINY] * 10
     # Sharper pages come back newest first as room grows; pages go only when all are TINY.
     roomier = schedule(costs, 10 * tiny + 200, AgeLadder(), OldestFirst())
@@ -248,7 +250,7 @@ def test_demotions_are_batched_so_the_prefix_changes_rarely():
 def test_text_page_is_kept_when_images_do_not_pay():
     anthropic = COST_MODELS["anthropic"]
     tiers = schedule(page_costs([400, 400], anthropic), 10**6, AgeLadder(), OldestFirst())
-    assert tiers == [Tier.TEXT, Tier.TEXT]  # a 640 px page costs Claude 547 > 400 text tokens
+    assert tiers == [Tier.TEXT, Tier.TEXT]  # a 640 px page costs Claude 547 (and its label) > 400 text tokens
 
 
 def test_ladder_must_decay():
@@ -290,9 +292,9 @@ def test_gated_page_is_sent_at_its_floor_not_blurred_further():
     tiers = schedule([gated, plain], 10_000, ladder, OldestFirst())
     assert [c.actual(t) for c, t in zip([gated, plain], tiers)] == [Tier.BASE, Tier.TINY]
     # Room for only the newer page's TINY: the gated page is dropped, never sent below BASE.
-    tiers = schedule([gated, plain], model.page_tokens(Tier.TINY), ladder, OldestFirst(batch=1))
+    tiers = schedule([gated, plain], model.page_tokens(Tier.TINY) + LABEL_TOKENS, ladder, OldestFirst(batch=1))
     assert [gated.actual(tiers[0]), plain.actual(tiers[1])] == [Tier.GONE, Tier.TINY]
-    sparse = page_costs([200], model, [Tier.BASE])[0]  # BASE (273) costs more than its 200 text tokens
+    sparse = page_costs([200], model, [Tier.BASE])[0]  # BASE (273 + its label) costs more than its 200 text tokens
     assert sparse.actual(Tier.TINY) is Tier.TEXT
 
 

@@ -22,7 +22,7 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import ANTHROPIC, MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Proxy, Reference, fresh, to_anthropic_messages  # noqa: E402
+from serve_peers import Proxy, Reference, fresh, newest_key, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -47,9 +47,10 @@ def _anthropic(proxy, key="key-a", **kw):
     return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, **kw)
 
 
-def _fresh(dialect, body: dict[str, Any], budget=BUDGET, vision=None):
-    """What a fresh Memory fed the same messages with the same settings sends upstream."""
-    return fresh(dialect, body, budget=budget, keep=KEEP, vision=vision)
+def _fresh(proxy, dialect, body: dict[str, Any], budget=BUDGET, vision=None):
+    """What a fresh Memory fed the same messages with the same settings (and the same handle key:
+    the newest conversation's) sends upstream."""
+    return fresh(dialect, body, budget=budget, keep=KEEP, vision=vision, key=newest_key(proxy.proxy.ledger))
 
 
 def _tool_pairs_intact_openai(messages):
@@ -73,7 +74,7 @@ def test_openai_request_goes_fitted_and_the_answer_comes_back_unchanged(proxy, u
     assert sent.headers["authorization"] == "Bearer key-a"  # the credential passes through
     assert _images_openai(body["messages"]), "old turns went as page images"
     _tool_pairs_intact_openai(body["messages"])
-    fresh, ctx = _fresh(OPENAI, {"model": "deepseek-ocr", "messages": messages})
+    fresh, ctx = _fresh(proxy, OPENAI, {"model": "deepseek-ocr", "messages": messages})
     assert body == fresh  # exactly what a fresh memory sends
     assert ctx.tokens <= BUDGET
 
@@ -88,7 +89,7 @@ def test_openai_stream_is_relayed_chunk_by_chunk(proxy, upstream, sample):
 def test_a_growing_chat_sends_what_its_history_of_calls_determines(proxy, upstream, sample):
     client = _openai(proxy)
     history = list(sample[:30])
-    reference = Reference(OPENAI, budget=BUDGET, keep=KEEP)
+    reference = Reference(OPENAI, budget=BUDGET, keep=KEEP, key=newest_key(proxy.proxy.ledger))
     events = []
     for step in range(6):
         history += sample[30 + 8 * step: 38 + 8 * step]
@@ -116,7 +117,7 @@ def test_an_edited_turn_forks_and_no_turn_of_the_other_branch_goes_upstream(prox
     a, b = first.headers["x-optictx-conversation"], second.headers["x-optictx-conversation"]
     assert a != b  # a fork
     body = upstream.last("/v1/chat/completions").body
-    assert body == _fresh(OPENAI, {"model": "deepseek-ocr", "messages": edited})[0]
+    assert body == _fresh(proxy, OPENAI, {"model": "deepseek-ocr", "messages": edited})[0]
     later = json.dumps(history[40:])
     assert all(m["content"] not in later for m in body["messages"] if isinstance(m.get("content"), str) and
                len(m["content"]) > 30 and m not in history[:40])
@@ -163,7 +164,7 @@ def test_headers_set_the_budget_and_name_the_conversation(proxy, upstream, sampl
     assert sent <= 1500 < original
     assert proxy.proxy.ledger.conversations(_tenant("key-a"))[0]["name"] == "chat-42"
     body = upstream.last("/v1/chat/completions").body
-    assert body == _fresh(OPENAI, {"model": "deepseek-ocr", "messages": sample[:80]}, budget=1500)[0]
+    assert body == _fresh(proxy, OPENAI, {"model": "deepseek-ocr", "messages": sample[:80]}, budget=1500)[0]
     bad = _openai(proxy, default_headers={"X-Optictx-Budget": "lots"})
     with pytest.raises(openai.BadRequestError, match="X-Optictx-Budget"):
         bad.chat.completions.create(model="gpt-4o", messages=sample[:3])
@@ -191,7 +192,7 @@ def test_anthropic_tools_round_trip_with_cache_breakpoints_and_the_answer_unchan
     marks = [b for b in [*body["system"], *blocks] if "cache_control" in b]
     assert 1 <= len(marks) <= MAX_BREAKPOINTS
     assert any(b["type"] == "image" and "cache_control" in b for b in blocks)  # the end of the pages
-    fresh, ctx = _fresh(ANTHROPIC, {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": system,
+    fresh, ctx = _fresh(proxy, ANTHROPIC, {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": system,
                                     "messages": messages})
     assert body == fresh and ctx.vision.name == "anthropic" and ctx.tokens <= BUDGET
 
@@ -333,10 +334,10 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
     config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s",
                          tenancy="per-key")
     p = Proxy(config)
-    reference = Reference(OPENAI, budget=BUDGET, keep=KEEP)
-    reference.send({"model": "deepseek-ocr", "messages": sample[:80]})
     try:
         r1 = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:80])
+        reference = Reference(OPENAI, budget=BUDGET, keep=KEEP, key=newest_key(p.proxy.ledger))
+        reference.send({"model": "deepseek-ocr", "messages": sample[:80]})
         first = p.proxy.conversations.find(_tenant("key-a"), r1.headers["x-optictx-conversation"])
         stored_upto = max(tid for page in first.memory.pages if page.sealed for tid in page.turn_ids)
     finally:

@@ -20,7 +20,7 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 from optictx.serve.responses_api import RESPONSES  # noqa: E402
 
-from serve_peers import Proxy, Reference  # noqa: E402
+from serve_peers import Proxy, Reference, newest_key  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
@@ -97,7 +97,7 @@ def test_a_long_input_goes_with_its_old_turns_as_pages_and_the_answer_comes_back
     pages = _images(body["input"])
     assert pages and all(p["image_url"].startswith("data:image/webp;base64,") for p in pages)
     _pairs_intact(body["input"])
-    expected, ctx = Reference(RESPONSES, budget=BUDGET, keep=KEEP).send(
+    expected, ctx = Reference(RESPONSES, budget=BUDGET, keep=KEEP, key=newest_key(proxy.proxy.ledger, "key-r")).send(
         {"model": "gpt-4o", "instructions": "Be brief.", "input": items})
     assert body == expected and ctx.tokens <= BUDGET  # what the conversation's history determines
 
@@ -179,7 +179,7 @@ def test_a_tool_call_round_trips_through_the_client_streamed_and_not(proxy, upst
 
 def test_a_growing_session_appends_and_keeps_one_conversation(proxy, upstream, sample):
     client = _client(proxy)
-    reference = Reference(RESPONSES, budget=BUDGET, keep=KEEP)
+    reference = Reference(RESPONSES, budget=BUDGET, keep=KEEP, key=newest_key(proxy.proxy.ledger, "key-r"))
     events = []
     for step in range(5):
         items = as_items(sample[: 40 + 8 * step], reasoning=True)

@@ -24,6 +24,7 @@ from .conversations import tenant_of
 from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
 from .guards import LOCKED, InFlight, allowed, body, framed, json_typed, local_only, read
+from .mcp import McpServer
 from .meter import Usage, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
@@ -33,7 +34,7 @@ from .responses_api import RESPONSES
 log = logging.getLogger("optictx.serve")
 ROUTES = (
     "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens, "
-    "GET /v1/models, GET /optictx/")
+    "GET /v1/models, POST /mcp (the tools search and recall), GET /optictx/")
 
 
 class Tenants:
@@ -84,6 +85,7 @@ class Server:
                           (("openai", config.upstream), ("anthropic", config.anthropic_upstream)) if url}
         self.inflight = InFlight(config.max_inflight_bytes)
         self.tenants = Tenants(config.tenant_threads, config.lock_wait)
+        self.mcp = McpServer(self.proxy, self.admit)
 
     def upstream(self, dialect: Dialect) -> Upstream:
         if dialect.provider not in self.upstreams:
@@ -210,7 +212,8 @@ class Server:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         try:
-            yield
+            async with self.mcp.running():
+                yield
         finally:
             for upstream in self.upstreams.values():
                 await upstream.close()
@@ -224,6 +227,7 @@ def create_app(config: ServeConfig) -> Starlette:
               Route("/v1/messages", server.messages, methods=["POST"]),
               Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
               Route("/v1/models", server.models, methods=["GET"]),
+              server.mcp.route(),
               *dashboard_routes(server.proxy, server.admit)]
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={404: server.not_found, 405: server.not_found})

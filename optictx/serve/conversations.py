@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import handles
 from ..context import Context
 from ..memory import Memory
 from ..turns import Turn
@@ -87,6 +88,7 @@ class Conversation:
     closed: bool = False
     name: str | None = None
     drawn: int = 0  # sealed pages drawn ahead so far (`drawahead.py`): pages seal in order, never change
+    shown: dict[str, tuple[int, int]] = field(default_factory=dict)  # pages in the ledger: handle -> span
 
 
 class Conversations:
@@ -97,9 +99,10 @@ class Conversations:
     its memory's batch, under the store's write lock, and only if the memory still holds what
     the ledger said, so two replicas never interleave two requests' turns in one memory."""
 
-    def __init__(self, make: Callable[[str | Path | None, str, int], Memory], reopen: Callable[[str | Path], Memory],
-                 shelf: Shelf, ledger: Ledger, max_open: int = 64, lock_wait: float = 30.0) -> None:
-        self._make, self._reopen, self._shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
+    def __init__(self, make: Callable[[str | Path | None, str, int, str], Memory],
+                 reopen: Callable[[str | Path], Memory], shelf: Shelf, ledger: Ledger, max_open: int = 64,
+                 lock_wait: float = 30.0) -> None:
+        self._make, self._reopen, self.shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
         self.lock_wait = lock_wait
         self._open: OrderedDict[str, Conversation] = OrderedDict()
         self._lock = threading.Lock()
@@ -109,10 +112,10 @@ class Conversations:
         conv = self._open.get(conversation)
         if conv is None:
             tenant = self.ledger.owner(conversation)
-            if tenant is None or not self._shelf.exists(conversation, tenant):
+            if tenant is None or not self.shelf.exists(conversation, tenant):
                 self.ledger.forget(conversation)
                 return None
-            spec = self._shelf.spec(conversation, tenant)
+            spec = self.shelf.spec(conversation, tenant)
             assert spec is not None
             conv = self._open[conversation] = Conversation(conversation, tenant, self._reopen(spec))
         self._open.move_to_end(conversation)
@@ -124,7 +127,7 @@ class Conversations:
         (`_grow`); its pages drawn for `vision` and `budget`, its first request's. The caller holds
         self._lock."""
         conversation = secrets.token_hex(8)
-        memory = self._make(self._shelf.spec(conversation, tenant), vision, budget)
+        memory = self._make(self.shelf.spec(conversation, tenant), vision, budget, handles.key_for(conversation))
         conv = Conversation(conversation, tenant, memory, name=name)
         conv.lock.acquire()
         self._open[conversation] = conv
@@ -139,7 +142,7 @@ class Conversations:
                     conv.memory.close()
                     conv.closed = True
                     del self._open[key]
-                    if not self._shelf.persistent:
+                    if not self.shelf.persistent:
                         self.ledger.forget(key)  # nothing left to reopen
                 finally:
                     conv.lock.release()
@@ -224,7 +227,7 @@ class Conversations:
             self._open.pop(conv.id, None)
         conv.memory.close()
         conv.closed = True
-        self._shelf.discard(conv.id, conv.tenant)
+        self.shelf.discard(conv.id, conv.tenant)
 
     def find(self, tenant: str, conversation: str) -> Conversation | None:
         """The tenant's open conversation `conversation`, or None (another tenant's is None too)."""

@@ -31,7 +31,10 @@ CREATE TABLE IF NOT EXISTS {p}requests (
     api TEXT NOT NULL, model TEXT NOT NULL, vision TEXT NOT NULL, turns INTEGER NOT NULL,
     original INTEGER NOT NULL, sent INTEGER NOT NULL, verbatim INTEGER NOT NULL, tiers TEXT NOT NULL,
     status INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, conversation)
+CREATE INDEX IF NOT EXISTS {p}requests_by_tenant ON {p}requests (tenant, conversation);
+CREATE TABLE IF NOT EXISTS {p}pages (
+    tenant TEXT NOT NULL, handle TEXT NOT NULL, conversation TEXT NOT NULL, first_turn INTEGER NOT NULL,
+    last_turn INTEGER NOT NULL, PRIMARY KEY (tenant, handle))
 """
 # Columns added since the first schema: ledgers written by an older optictx gain them on open.
 # The bill of each request in base-input tokens (a cache read at 0.1x counts a tenth) and in
@@ -137,6 +140,29 @@ class Ledger:
     def forget(self, conversation: str) -> None:
         """A conversation whose memory is gone (not stored, closed): no chain leads to it."""
         self._run("DELETE FROM {p}chain WHERE conversation = ?", (conversation,))
+
+    def pages(self, tenant: str, conversation: str, spans: Sequence[tuple[str, int, int]]) -> None:
+        """The pages a request showed, (handle, first turn, last turn): the tenant's MCP tools find
+        a page by its handle here. A page's span only grows (the open page takes more turns); a
+        handle stays its first conversation's."""
+        try:
+            self._db.many("INSERT INTO {p}pages VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, handle) DO UPDATE "
+                          "SET last_turn = excluded.last_turn WHERE {p}pages.conversation = excluded.conversation",
+                          [(tenant, h, conversation, first, last) for h, first, last in spans])
+        except Exception as exc:
+            raise StoreError(f"{self.path}: {str(exc).strip()[:300]}") from exc
+
+    def page(self, tenant: str, handle: str) -> tuple[str, int, int] | None:
+        """(conversation, first turn, last turn) of the tenant's page `handle`, or None."""
+        rows = self._run("SELECT conversation, first_turn, last_turn FROM {p}pages WHERE tenant = ? AND handle = ?",
+                         (tenant, handle))
+        return (rows[0][0], int(rows[0][1]), int(rows[0][2])) if rows else None
+
+    def spans(self, tenant: str, conversation: str) -> list[tuple[str, int, int]]:
+        """(handle, first, last) of a conversation's pages shown so far, oldest first."""
+        return [(h, int(a), int(b)) for h, a, b in self._run(
+            "SELECT handle, first_turn, last_turn FROM {p}pages WHERE tenant = ? AND conversation = ? "
+            "ORDER BY first_turn", (tenant, conversation))]
 
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "

@@ -10,16 +10,19 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..context import Context
 from ..cost import vision_of_model
 from ..errors import BudgetError, TurnTooLargeError
 from ..memory import Memory
+from ..recall import spans_of
+from ..tools import ABOUT
 from ..turnindex import AS_SENT
 from ..words import first_said
 from .answers import FALLBACKS
 from .config import ServeConfig
-from .conversations import Conversations, tenant_of
+from .conversations import Conversation, Conversations, tenant_of
 from .dialect import ApiError, Dialect, Parsed
 from .drawahead import DrawAhead
 from .ledger import Ledger, Sent
@@ -50,8 +53,21 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     memory holding those turns after the same calls sends the same bytes: the proxy's, a reopen
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
-    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at)
+    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
+                         tools=recall_tools(parsed.body.get("tools")))
     return dialect.upstream_body(parsed, ctx), ctx
+
+
+def recall_tools(tools: Any) -> tuple[str, ...]:
+    """The names the request's own tool list gives this proxy's MCP tools (a client with the
+    server configured: Claude Code lists `mcp__optictx__recall`), known by their description."""
+    names = []
+    for t in tools if isinstance(tools, list) else ():
+        spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str) and 0 < len(spec["name"]) <= 64 \
+                and str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall")):
+            names.append(spec["name"])
+    return tuple(names[:4])
 
 
 # A name no rule knows is priced as the API it came through: the provider's own family.
@@ -102,12 +118,15 @@ class Proxy:
                                            config.max_open, config.lock_wait)
         self.drawahead = DrawAhead()
 
-    def memory(self, store: str | Path | None, vision: str = "deepseek-ocr", budget: int | None = None) -> Memory:
+    def memory(self, store: str | Path | None, vision: str = "deepseek-ocr", budget: int | None = None,
+               key: str | None = None) -> Memory:
         """A new conversation's memory, its pages drawn for `vision` and `budget` (its first
-        request's: a consumer that prices pixels takes larger pages where the budget holds them);
-        contexts are built per request (budget, vision)."""
+        request's: a consumer that prices pixels takes larger pages where the budget holds them)
+        and its page handles keyed by `key` (`handles.key_for` its id); contexts are built per
+        request (budget, vision)."""
         return Memory(keep_recent=self.config.keep_recent, budget=budget or self.config.budget, store=store,
-                      vision=vision, image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk)
+                      vision=vision, image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk,
+                      key=key)
 
     def reopen(self, store: str | Path) -> Memory:
         """A stored conversation's memory, with the settings it was made with."""
@@ -148,6 +167,15 @@ class Proxy:
             FALLBACKS[fitted.fallback.split(":", 1)[0]] += 1
         return fitted
 
+    def _shown(self, conv: Conversation, ctx: Context | None) -> None:
+        """Put the pages this context shows in the ledger, by handle, for the MCP tools; each
+        page once, and again when its span grew."""
+        spans = [(s.handle, s.first, s.last) for s in spans_of(seg.page for seg in ctx.pages)] if ctx else []
+        new = [s for s in spans if conv.shown.get(s[0]) != s[1:]]
+        if new:
+            self.ledger.pages(conv.tenant, conv.id, new)
+            conv.shown.update((h, (a, b)) for h, a, b in new)
+
     def _as_it_came(self, dialect: Dialect, parsed: Parsed, tenant: str, why: str) -> Fitted:
         log.info("a %s request sent as it came: %s", dialect.name, why)
         record = Sent("-", tenant, dialect.name, parsed.model, vision_for(parsed.model, dialect.provider,
@@ -173,6 +201,7 @@ class Proxy:
         try:
             fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision, at=at)
             conv.last = fitted.context
+            self._shown(conv, fitted.context)
             sent = fitted.sent
             charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at)
             return replace(fitted, charge=charge, sent=replace(

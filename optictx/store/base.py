@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ..errors import StoreError
 from ..turns import Turn
 from .rowcodec import decode_meta, intact_floors, intact_pages, seal
+from .textindex import holds
 
 
 class Store(Protocol):
@@ -35,7 +37,15 @@ class Store(Protocol):
 
     def get(self, ids: Iterable[int]) -> dict[int, Turn]: ...
 
+    def find(self, terms: Sequence[str], limit: int) -> list[Turn]:
+        """The newest `limit` turns holding every term (`textindex.terms`), newest first."""
+        ...
+
     def get_meta(self) -> dict[str, Any] | None: ...
+
+    def settings(self) -> dict[str, Any] | None:
+        """The settings as last read or written (read now if never): a reopen reads them once."""
+        ...
 
     def set_meta(self, meta: dict[str, Any]) -> None: ...
 
@@ -78,7 +88,14 @@ class MemoryStore:
     def get(self, ids: Iterable[int]) -> dict[int, Turn]:
         return {i: self._turns[i] for i in ids}
 
+    def find(self, terms: Sequence[str], limit: int) -> list[Turn]:
+        found = (t for t in reversed(self._turns) if holds(t, terms))  # no index: a scan, in memory
+        return list(itertools.islice(found, limit))
+
     def get_meta(self) -> dict[str, Any] | None:
+        return self._meta
+
+    def settings(self) -> dict[str, Any] | None:
         return self._meta
 
     def set_meta(self, meta: dict[str, Any]) -> None:
@@ -154,6 +171,9 @@ class Derived:
             raise StoreError(f"{self.where}: corrupt settings ({type(exc).__name__}: {exc})"[:500]) from None
         self._meta = copy.deepcopy(meta)  # the caller may change its copy before writing it back
         return meta
+
+    def settings(self) -> dict[str, Any] | None:
+        return copy.deepcopy(self._meta) if self._meta is not None else self.get_meta()
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         try:

@@ -5,6 +5,7 @@ never the password."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -46,6 +47,14 @@ FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS optictx_floors (memory BIGINT NOT NU
                  "ON DELETE CASCADE, gate TEXT NOT NULL, page TEXT NOT NULL, body TEXT NOT NULL, "
                  "PRIMARY KEY (memory, gate, page))")
 FLOORS_MADE: set[str] = set()  # databases this process has seen the floors table in
+# The full-text index (textindex.py): each turn's lowered text, written in the statement that
+# stores the turn, with a pg_trgm index where the extension can be had (LIKE on trigrams; without
+# it a search reads its memory's rows). Not a schema step, like the floors: made with the schema,
+# and an older optictx's turns are indexed by the next search (`PostgresStore._catch_up`).
+_TEXT = ("CREATE TABLE IF NOT EXISTS optictx_text (memory BIGINT NOT NULL REFERENCES optictx_memories (id) "
+         "ON DELETE CASCADE, id BIGINT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (memory, id))",)
+_TRIGRAMS = ("CREATE EXTENSION IF NOT EXISTS pg_trgm",
+             "CREATE INDEX IF NOT EXISTS optictx_text_trgm ON optictx_text USING gin (text gin_trgm_ops)")
 
 
 def parse(url: str) -> tuple[str, str, str]:
@@ -170,6 +179,11 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str, create: bool) -> None
                 conn.execute(sql)
         if version != SCHEMA_VERSION:
             conn.execute("UPDATE optictx_schema SET version = %s", (SCHEMA_VERSION,))
+        for sql in _TEXT:
+            conn.execute(sql)
+        with contextlib.suppress(psycopg.Error), conn.transaction():  # a savepoint: no extension, no index
+            for sql in _TRIGRAMS:
+                conn.execute(sql)
 
 
 def retrying(shared: ConnectionPool, work: Any, *, attempts: int = RETRIES) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,6 +46,7 @@ from .pgdb import (
     where,
 )
 from .rowcodec import decode_turns, dump_turn, gap_free, load_turn, seal
+from .textindex import holds, like, searchable
 
 
 def exists(url: str) -> bool:
@@ -152,28 +153,35 @@ class PostgresStore(Derived):
         next id is read and tried."""
         try:
             while True:
+                if self._next < 0:  # the first append of this handle: the memory's next id
+                    self._next = self._next_id(conn)
                 expect = self._next
                 stored = turn.model_copy(update={"id": expect})
                 body = dump_turn(stored)
                 stored = load_turn(body)  # never commit what a later open could not read back
                 row = conn.execute(
                     "WITH n AS (UPDATE optictx_memories SET next_turn = next_turn + 1 "
-                    "WHERE id = %s AND next_turn = %s RETURNING id) "
-                    "INSERT INTO optictx_turns (memory, id, nonce, body) SELECT n.id, %s, %s, %s FROM n RETURNING id",
-                    (self._id, expect, expect, nonce, seal(body))).fetchone()
+                    "WHERE id = %s AND next_turn = %s RETURNING id), "
+                    "t AS (INSERT INTO optictx_turns (memory, id, nonce, body) SELECT n.id, %s, %s, %s FROM n "
+                    "RETURNING memory, id) "
+                    "INSERT INTO optictx_text (memory, id, text) SELECT memory, id, %s FROM t RETURNING id",
+                    (self._id, expect, expect, nonce, seal(body), searchable(stored))).fetchone()
                 if row is not None:
                     self._next, self._tail = expect + 1, stored
                     return stored
-                now = conn.execute("SELECT next_turn FROM optictx_memories WHERE id = %s", (self._id,)).fetchone()
-                if now is None:
-                    raise StoreError(f"{self.where}: the memory was deleted")
-                self._next = int(now[0])
+                self._next = self._next_id(conn)
         except (ValueError, RecursionError) as exc:
             raise StoreError(f"{self.where}: the turn would not read back ({exc}); nothing stored") from None
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"{self.where}: could not store a turn ({first_line(exc)})") from None
+
+    def _next_id(self, conn: psycopg.Connection[Any]) -> int:
+        now = conn.execute("SELECT next_turn FROM optictx_memories WHERE id = %s", (self._id,)).fetchone()
+        if now is None:
+            raise StoreError(f"{self.where}: the memory was deleted")
+        return int(now[0])
 
     def _locked_lookup(self, conn: psycopg.Connection[Any], nonce: uuid.UUID) -> Turn | None:
         """The turn stored under `nonce`, or None, asked under the memory's row lock (inside a
@@ -207,6 +215,23 @@ class PostgresStore(Derived):
         rows = self._rows("read turns", "SELECT id, body FROM optictx_turns WHERE memory = %s AND id = ANY(%s)",
                           (self._id, list(ids)))
         return {t.id: t for t in decode_turns(rows, self.where)}
+
+    def find(self, terms: Sequence[str], limit: int) -> list[Turn]:
+        """The newest `limit` turns holding every term (`textindex.py`), newest first."""
+        self._catch_up()
+        rows = self._rows("search", "SELECT t.id, t.body FROM optictx_text x JOIN optictx_turns t "
+                          "ON t.memory = x.memory AND t.id = x.id WHERE x.memory = %s AND x.text LIKE ALL(%s) "
+                          "ORDER BY x.id DESC LIMIT %s", (self._id, [like(t) for t in terms], limit))
+        return [t for t in decode_turns(rows, self.where) if holds(t, terms)]
+
+    def _catch_up(self) -> None:
+        """Index the turns an older optictx stored without their text."""
+        rows = self._rows("search", "SELECT t.id, t.body FROM optictx_turns t LEFT JOIN optictx_text x "
+                          "ON x.memory = t.memory AND x.id = t.id WHERE t.memory = %s AND x.id IS NULL", (self._id,))
+        if rows:
+            texts = [(self._id, t.id, searchable(t)) for t in decode_turns(rows, self.where)]
+            self._retrying("index turns", lambda conn: conn.cursor().executemany(
+                "INSERT INTO optictx_text (memory, id, text) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", texts))
 
     @contextmanager
     def batch(self) -> Iterator[None]:

@@ -26,7 +26,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ..errors import StoreError
 from ..turns import Turn
 from .base import Derived
 from .rowcodec import decode_turns, dump_turn, gap_free, load_turn, seal
+from .textindex import fts5, holds, searchable
 
 SCHEMA_VERSION = 3
 _APP_ID = 0x6F707478  # "optx": marks the file as an optictx memory
@@ -51,6 +52,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 # The legibility gate's findings: a cache beside the pages, made on its first write. Not a schema
 # step: an older optictx opens the file as before and never looks at it.
+# The full-text index (textindex.py): turns' lowered text in FTS5 trigrams, contentless (the turns
+# hold the text), written in each append's transaction. Derived too: made on open or the first
+# search, for a file of any age, and caught up with turns an older optictx appended.
+_TEXT_TABLE = ("CREATE VIRTUAL TABLE IF NOT EXISTS turns_text USING fts5(text, tokenize='trigram case_sensitive 1', "
+               "content='')")
+_INDEX = "INSERT INTO turns_text (rowid, text) VALUES (?, ?)"
+_END = 2**62  # past any turn id
+_SCAN = 256  # turns read at a time when a search looks through them newest first
 _FLOORS_TABLE = ("CREATE TABLE IF NOT EXISTS floors (gate TEXT NOT NULL, page TEXT NOT NULL, body TEXT NOT NULL, "
                  "PRIMARY KEY (gate, page))")
 
@@ -83,6 +92,7 @@ class SQLiteStore(Derived):
         self.path = self.where = Path(path)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of batch()
+        self._indexed = False  # whether the full-text index exists (it is then written with every turn)
         if not create and not self.path.is_file():
             raise StoreError(f"{self.path}: no such memory file")
         size = self.path.stat().st_size if self.path.is_file() else None
@@ -105,6 +115,8 @@ class SQLiteStore(Derived):
         except StoreError:
             self._db.close()
             raise
+        with contextlib.suppress(StoreError):  # a read-only file opens, and is searched without the index
+            self._catch_up()
 
     def _init_schema(self, create: bool) -> None:
         with self._write():  # under the write lock: two processes creating one file agree
@@ -175,6 +187,8 @@ class SQLiteStore(Derived):
                 # as stored: a JSON reader joins a surrogate pair written as two escapes.
                 stored = load_turn(body)
                 self._db.execute("INSERT INTO turns (id, body) VALUES (?, ?)", (next_id, seal(body)))
+                if self._indexed or self._has_index():
+                    self._db.execute(_INDEX, (next_id, searchable(stored)))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: could not store a turn ({exc})") from exc
         except (ValueError, RecursionError) as exc:
@@ -192,6 +206,50 @@ class SQLiteStore(Derived):
             marks = ",".join("?" * len(chunk))
             out.update((t.id, t) for t in self._turns(f"SELECT id, body FROM turns WHERE id IN ({marks})", chunk))
         return out
+
+    def find(self, terms: Sequence[str], limit: int) -> list[Turn]:
+        """The newest `limit` turns that hold every term (`textindex.py`), newest first."""
+        with contextlib.suppress(StoreError):
+            self._catch_up()
+        match, found, before = fts5(terms) if self._indexed else None, [], None
+        while len(found) < limit:
+            if match is not None:
+                sql = "SELECT rowid FROM turns_text WHERE turns_text MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?"
+                ids = [r[0] for r in self._rows("search", sql, (match, _END if before is None else before, _SCAN))]
+                turns = self.get(ids)
+                page = [turns[i] for i in ids if i in turns]
+            else:
+                page = self._turns("SELECT id, body FROM turns WHERE id < ? ORDER BY id DESC LIMIT ?",
+                                   (_END if before is None else before, _SCAN))
+                ids = [t.id for t in page]
+            found += [t for t in page if holds(t, terms)]
+            if len(ids) < _SCAN:
+                break
+            before = ids[-1]
+        return found[:limit]
+
+    def _has_index(self) -> bool:
+        with self._lock:
+            self._indexed = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'turns_text'").fetchone() is not None
+        return self._indexed
+
+    def _catch_up(self) -> None:
+        """Make the full-text index, and index the turns it lacks (an older optictx appended them)."""
+        with self._cache("index turns"), self._write():
+            self._db.execute(_TEXT_TABLE)
+            self._indexed = True
+            (upto,) = self._db.execute("SELECT COALESCE(MAX(rowid), -1) FROM turns_text").fetchone()
+            rows = self._db.execute("SELECT id, body FROM turns WHERE id > ? ORDER BY id", (upto,)).fetchall()
+            if rows:
+                self._db.executemany(_INDEX, [(t.id, searchable(t)) for t in decode_turns(rows, self.path)])
+
+    def _rows(self, what: str, sql: str, args: Any) -> list[Any]:
+        try:
+            with self._lock:
+                return self._db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: could not {what} ({type(exc).__name__}: {exc})"[:500]) from None
 
     def _turns(self, sql: str, args: Any) -> list[Turn]:
         try:
