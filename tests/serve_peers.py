@@ -50,8 +50,9 @@ class Upstream:
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
     calls: list[tuple[str, str]] = field(default_factory=list)  # Responses API: the next answers are these
     #   function calls (name, arguments), each after an encrypted reasoning item, one per request
-    tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Messages API: the next
-    #   answers to requests that offer that tool are these tool_use blocks (name, input), streamed
+    tool_uses: list[tuple[str, Any]] = field(default_factory=list)  # Messages API: the next
+    #   answers to requests that offer that tool are these tool_use blocks (name, input, or a function of
+    #   the request that gives the input), streamed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -238,6 +239,7 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 with state.lock:
                     name, args = state.tool_uses.pop(0)
                     number = len(state.arrivals)
+                args = args(body) if callable(args) else args  # a call made from what the request says
                 self._send(200, b"".join(_anthropic_tool_use(model, number, name, args, raw)),
                            kind="text/event-stream")
                 return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from conftest import needs
 
 pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
 
+from optictx.handles import ALPHABET, LENGTH  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
@@ -59,12 +61,13 @@ def script(work: Path) -> list[tuple[str, dict]]:
     return calls
 
 
-def run_claude(binary: str, proxy_url: str, work: Path, home: Path, *extra: str) -> subprocess.CompletedProcess:
+def run_claude(binary: str, proxy_url: str, work: Path, home: Path, *extra: str,
+               tools: str = "Bash,Read,Grep,Edit,Write,Glob") -> subprocess.CompletedProcess:
     """`claude -p TASK` as a new user runs it: its default model, no settings of its own."""
     env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": proxy_url, "ANTHROPIC_API_KEY": "sk-ant-test",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
     env.pop("ANTHROPIC_MODEL", None)
-    return subprocess.run([binary, "-p", TASK, "--allowedTools", "Bash,Read,Grep,Edit,Write,Glob",
+    return subprocess.run([binary, "-p", TASK, "--allowedTools", tools,
                            "--permission-mode", "acceptEdits", "--output-format", "json", *extra],
                           env=env, cwd=work, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
@@ -197,6 +200,74 @@ def test_claude_code_on_its_default_model_is_one_conversation_that_sends_pages(t
         assert events[0] == "verbatim" and {"paid", "forced"} & set(events)
         assert all(r["status"] == 200 for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"]))
         _bill_reads_the_transcript(tmp_path / "home", sent, session, capsys)
+    finally:
+        proxy.stop()
+        tap.stop()
+        stop_upstream(server)
+
+
+NEEDLE = "note 3: the value of step 3 is 21"  # in the session's first read of notes.txt only
+HANDLE = re.compile(rf"page ([{ALPHABET}]{{{LENGTH}}})")
+
+
+def _last_tool_result(body: dict) -> str:
+    """The text of the last tool_result in a request: what the model reads of its last call."""
+    block = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
+             if b.get("type") == "tool_result"][-1]
+    content = block["content"]
+    return content if isinstance(content, str) else "".join(c.get("text", "") for c in content)
+
+
+def _page_of_hit(body: dict) -> dict:
+    """What a model does with its search's result: recall the page its first hit names."""
+    found = HANDLE.search(_last_tool_result(body))
+    return {"page": found.group(1) if found else "none"}
+
+
+def test_claude_code_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_path):
+    binary = claude()
+    if binary is None:
+        pytest.skip("Claude Code CLI not installed (make claude)")
+    work, home = _workspace(tmp_path / "work"), tmp_path / "home"
+    upstream, server = start_upstream()
+    upstream.tool_uses = [*script(work), ("ToolSearch", {"query": "select:mcp__optictx__search,mcp__optictx__recall"}),
+                          ("mcp__optictx__search", {"query": f'"{NEEDLE}"'}),
+                          ("mcp__optictx__recall", _page_of_hit)]
+    # A tighter budget than the other test's: the first reads are on pages by the time of the search.
+    proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=24_000))
+    tap = Tap(proxy.url)
+    try:
+        env = {**os.environ, "HOME": str(home)}
+        add = subprocess.run([binary, "mcp", "add", "--transport", "http", "optictx", proxy.url + "/mcp"], env=env,
+                             cwd=work, capture_output=True, text=True, timeout=60)  # the one line a user types
+        assert add.returncode == 0, add.stdout + add.stderr
+        run = run_claude(binary, tap.url, work, home,
+                         tools="Bash,Read,Grep,Edit,Write,Glob,mcp__optictx__search,mcp__optictx__recall")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        sent = [a.body for a in tap.sent if a.body.get("tools")]
+        assert not upstream.tool_uses, ("every scripted call was asked for, the MCP ones included",
+                                        " ".join(t["name"] for t in sent[-1]["tools"]))
+        names = {t["name"] for t in sent[-1]["tools"]}
+        assert {"mcp__optictx__search", "mcp__optictx__recall"} <= names
+        searched, recalled = _last_tool_result(sent[-2]), _last_tool_result(sent[-1])
+        # The needle was on a page when the model asked: the upstream got it only as an image.
+        bodies = [a.body for a in upstream.arrivals if a.body.get("tools")]
+        loading, asked = bodies[-4], bodies[-3]  # the requests answered with ToolSearch, and with search
+        # Deferred (named in a system message only), the tools are named beside the pages already.
+        assert "mcp__optictx__recall" not in {t["name"] for t in loading["tools"]}
+        assert "call mcp__optictx__recall" in json.dumps(loading)
+        assert NEEDLE not in json.dumps(asked) and "call mcp__optictx__recall" in json.dumps(asked)
+        # ToolSearch's answer (tool_reference blocks) is understood: what follows it still compresses.
+        assert len(bodies[-1]["messages"]) < len(sent[-1]["messages"])
+        assert NEEDLE in searched and HANDLE.search(searched)
+        # The recall is the stored turns, byte for byte: the Read result that holds the needle, as
+        # Claude Code sent it in its own request.
+        first_read = next(b for m in sent[-1]["messages"] if isinstance(m["content"], list) for b in m["content"]
+                          if b.get("type") == "tool_result" and NEEDLE in json.dumps(b))
+        text = first_read["content"] if isinstance(first_read["content"], str) else first_read["content"][0]["text"]
+        assert text in recalled
+        tenant = tenant_of({}, personal=True)
+        assert len(proxy.proxy.ledger.conversations(tenant)) == 1  # one session, one conversation
     finally:
         proxy.stop()
         tap.stop()

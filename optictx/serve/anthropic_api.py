@@ -37,8 +37,11 @@ _BLOCKS: dict[str, frozenset[str]] = {
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}),
     "thinking": frozenset({"type", "thinking", "signature"}),
     "redacted_thinking": frozenset({"type", "data"}),
+    # Claude Code's ToolSearch answers with the deferred tools it loaded (the tools then go in
+    # `tools` in full): a record, drawn as a placeholder on a page like any block it holds.
+    "tool_reference": frozenset({"type", "tool_name", "cache_control"}),
 }
-_IN_RESULTS = ("text", "image")  # the blocks a tool result's content may hold
+_IN_RESULTS = ("text", "image", "tool_reference")  # the blocks a tool result's content may hold
 _MESSAGE = frozenset({"role", "content"})
 _LINKED = ("tool_use", "tool_result")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from .shelf import shelf_for
 log = logging.getLogger("optictx.serve")
 
 MAX_BUDGET = 10**8
+_DEFERRED = re.compile(rb"mcp__([A-Za-z0-9_-]{1,40})__(search|recall)\b")
 MAX_NAME = 200
 
 
@@ -54,20 +56,26 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
-                         tools=recall_tools(parsed.body.get("tools")))
+                         tools=recall_tools(parsed.body.get("tools"), parsed.raw))
     return dialect.upstream_body(parsed, ctx), ctx
 
 
-def recall_tools(tools: Any) -> tuple[str, ...]:
-    """The names the request's own tool list gives this proxy's MCP tools (a client with the
-    server configured: Claude Code lists `mcp__optictx__recall`), known by their description."""
+def recall_tools(tools: Any, raw: bytes = b"") -> tuple[str, ...]:
+    """The names the request gives this proxy's MCP tools: in its tool list, known by their
+    description (Claude Code lists `mcp__optictx__recall` once loaded), or, before that, named
+    as a pair `mcp__NAME__search` and `mcp__NAME__recall` anywhere in it (Claude Code defers an
+    MCP server's tools, naming them in a system message until its ToolSearch loads them)."""
     names = []
     for t in tools if isinstance(tools, list) else ():
         spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
         if isinstance(spec, dict) and isinstance(spec.get("name"), str) and 0 < len(spec["name"]) <= 64 \
                 and str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall")):
             names.append(spec["name"])
-    return tuple(names[:4])
+    if not names:
+        found = {(m.group(1), m.group(2)) for m in _DEFERRED.finditer(raw)}
+        server = min((s for s, tool in found if tool == b"recall" and (s, b"search") in found), default=None)
+        names = [] if server is None else [f"mcp__{server.decode()}__{tool}" for tool in ("search", "recall")]
+    return tuple(sorted(names)[:4])  # one order, whichever way found: it keys the plan state
 
 
 # A name no rule knows is priced as the API it came through: the provider's own family.
@@ -168,9 +176,10 @@ class Proxy:
         return fitted
 
     def _shown(self, conv: Conversation, ctx: Context | None) -> None:
-        """Put the pages this context shows in the ledger, by handle, for the MCP tools; each
-        page once, and again when its span grew."""
-        spans = [(s.handle, s.first, s.last) for s in spans_of(seg.page for seg in ctx.pages)] if ctx else []
+        """Put the conversation's pages in the ledger, by handle, for the MCP tools (those shown,
+        and those gone from the context, which a search still names); each page once, and again
+        when its span grew."""
+        spans = [(s.handle, s.first, s.last) for s in spans_of(conv.memory.pages)] if ctx else []
         new = [s for s in spans if conv.shown.get(s[0]) != s[1:]]
         if new:
             self.ledger.pages(conv.tenant, conv.id, new)

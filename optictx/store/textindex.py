@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..errors import OptictxError
 from ..turns import Turn
 
-MAX_TERMS, MAX_TERM = 8, 200
+MAX_TERMS, MAX_TERM = 16, 200
 INDEXED = 3  # a trigram index narrows by terms of this many characters or more; shorter ones are checked
 _TERM = re.compile(r'"([^"]+)"|(\S+)')
 
