@@ -48,8 +48,9 @@ class Upstream:
     keep: bool = True  # False (benchmarks): nothing recorded or parsed, every POST gets one fixed answer
     reply: str = "Hello from upstream, streamed in pieces."
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
-    calls: list[tuple[str, str]] = field(default_factory=list)  # Responses API: the next answers are these
-    #   function calls (name, arguments), each after an encrypted reasoning item, one per request
+    calls: list[tuple[str, Any]] = field(default_factory=list)  # Responses API: the next answers are these
+    #   function calls (name, arguments or a function of the request that gives them), each after an
+    #   encrypted reasoning item, one per request
     tool_uses: list[tuple[str, Any]] = field(default_factory=list)  # Messages API: the next
     #   answers to requests that offer that tool are these tool_use blocks (name, input, or a function of
     #   the request that gives the input), streamed
@@ -146,8 +147,9 @@ def _responses_answer(model: str, text: str) -> dict[str, Any]:
 def _responses_call(model: str, n: int, name: str, arguments: str) -> dict[str, Any]:
     """An answer that asks for a function call, after an encrypted reasoning item."""
     reasoning = {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAA-{n}-" + "e" * 80}
+    space, _, name = name.rpartition("/")  # "NAMESPACE/NAME": a tool of a namespace (Codex's MCP servers)
     call = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": name, "arguments": arguments,
-            "status": "completed"}
+            "status": "completed", **({"namespace": space} if space else {})}
     return {**_responses_answer(model, ""), "output": [reasoning, call]}
 
 
@@ -250,6 +252,7 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 with state.lock:
                     name, arguments = state.calls.pop(0)
                     number = len(state.arrivals)
+                arguments = arguments(body) if callable(arguments) else arguments  # made from the request
                 done = _responses_call(model, number, name, arguments)
                 if body.get("stream"):
                     self._send(200, b"".join(_responses_call_events(done)), kind="text/event-stream")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ from conftest import needs
 
 pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
 
+from optictx.handles import ALPHABET, LENGTH  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
@@ -103,6 +105,58 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
         assert events[0] == "verbatim" and "append" in events[1:] and "forced" in events
         _bill_reads_the_rollout(tmp_path, bodies, capsys)
+    finally:
+        proxy.stop()
+        stop_upstream(server)
+
+
+NEEDLE = "the quartz heron sings at dusk"  # words, which the factsheet beside the pages does not keep
+HANDLE = re.compile(rf"page ([{ALPHABET}]{{{LENGTH}}})")
+
+
+def _outputs(body: dict) -> list[str]:
+    """The function call outputs of a request, as text, in order."""
+    return [json.dumps(i["output"]) if not isinstance(i["output"], str) else i["output"]
+            for i in body["input"] if i.get("type") == "function_call_output"]
+
+
+def _recall_first_hit(body: dict) -> str:
+    """What a model does with its search's result: recall the page its first hit names."""
+    found = HANDLE.search(_outputs(body)[-1])
+    return json.dumps({"page": found.group(1) if found else "none"})
+
+
+def test_codex_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_path):
+    codex = _codex()
+    if codex is None:
+        pytest.skip("Codex CLI not installed (make codex)")
+    upstream, server = start_upstream()
+    upstream.calls = [("exec_command", json.dumps({"cmd": f"echo build id {NEEDLE}"})),
+                      *(("exec_command", json.dumps({"cmd": f"seq {k} {k + 500}"})) for k in range(CALLS)),
+                      ("mcp__optictx/search", json.dumps({"query": f'"{NEEDLE}"'})),  # Codex's MCP tools: a namespace
+                      ("mcp__optictx/recall", _recall_first_hit)]
+    proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
+    try:
+        (tmp_path / "config.toml").write_text(
+            'model = "gpt-5-codex"\nmodel_provider = "optictx"\n[model_providers.optictx]\nname = "optictx"\n'
+            f'base_url = "{proxy.url}/v1"\nwire_api = "responses"\nenv_key = "OPTICTX_TEST_KEY"\n'
+            f'[mcp_servers.optictx]\nurl = "{proxy.url}/mcp"\n')  # the two lines a user adds
+        env = {**os.environ, "CODEX_HOME": str(tmp_path), "OPTICTX_TEST_KEY": "key-codex"}
+        run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                              TASK], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                             stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert not upstream.calls, "every scripted call was asked for"
+        bodies = [a.body for a in upstream.arrivals if a.path == "/v1/responses"]
+        echoed = next(o for o in _outputs(bodies[1]) if NEEDLE in o)  # went as it came: Codex's own bytes
+        asked = bodies[-3]  # the request answered with the search
+        assert NEEDLE not in json.dumps(asked), "the needle was only on a page when the model asked"
+        assert "call mcp__optictx" in json.dumps(asked)  # the caption names the tools
+        searched, recalled = _outputs(bodies[-2])[-1], _outputs(bodies[-1])[-1]
+        assert HANDLE.search(searched) and NEEDLE in searched
+        stored = json.loads(echoed) if echoed.startswith('"') else echoed
+        assert json.dumps(stored)[1:-1] in recalled  # the stored output, byte for byte (as JSON text)
+        assert len(proxy.proxy.ledger.conversations(tenant_of({}, personal=True))) == 1
     finally:
         proxy.stop()
         stop_upstream(server)

@@ -60,17 +60,24 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     return dialect.upstream_body(parsed, ctx), ctx
 
 
+def _ours(spec: Any) -> bool:
+    return isinstance(spec, dict) and isinstance(spec.get("name"), str) and 0 < len(spec["name"]) <= 64 and \
+        str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall"))
+
+
 def recall_tools(tools: Any, raw: bytes = b"") -> tuple[str, ...]:
     """The names the request gives this proxy's MCP tools: in its tool list, known by their
-    description (Claude Code lists `mcp__optictx__recall` once loaded), or, before that, named
+    description (Claude Code lists `mcp__optictx__recall` once loaded; Codex a namespace
+    `mcp__optictx` holding `recall`), or, before that, named
     as a pair `mcp__NAME__search` and `mcp__NAME__recall` anywhere in it (Claude Code defers an
     MCP server's tools, naming them in a system message until its ToolSearch loads them)."""
     names = []
     for t in tools if isinstance(tools, list) else ():
         spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
-        if isinstance(spec, dict) and isinstance(spec.get("name"), str) and 0 < len(spec["name"]) <= 64 \
-                and str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall")):
-            names.append(spec["name"])
+        inner = spec.get("tools") if isinstance(spec, dict) and spec.get("type") == "namespace" else None
+        for one, space in ([(i, spec["name"]) for i in inner] if isinstance(inner, list) else [(spec, None)]):
+            if _ours(one):  # a Responses namespace (Codex's MCP servers) calls its tools NAMESPACE.NAME
+                names.append(one["name"] if space is None else f"{str(space)[:40]}.{one['name']}")
     if not names:
         found = {(m.group(1), m.group(2)) for m in _DEFERRED.finditer(raw)}
         server = min((s for s, tool in found if tool == b"recall" and (s, b"search") in found), default=None)
