@@ -84,6 +84,7 @@ class PostgresStore(Derived):
         self._first_nonce: uuid.UUID | None = None  # the open batch's first append
         self._next = -1  # the id the next append expects (-1: unknown, read on the first append)
         self._tail: Turn | None = None  # the last append, for the since() that follows it
+        self._caught_up = False  # whether the full-text index was checked for an older optictx's turns
         self._pool = pool(url, create=create)
         self._closed = False
         try:
@@ -218,14 +219,17 @@ class PostgresStore(Derived):
 
     def find(self, terms: Sequence[str], limit: int) -> list[Turn]:
         """The newest `limit` turns holding every term (`textindex.py`), newest first."""
-        self._catch_up()
+        if not self._caught_up:  # once per handle: every optictx since writes a turn's text with it
+            self._catch_up()
+            self._caught_up = True
         rows = self._rows("search", "SELECT t.id, t.body FROM optictx_text x JOIN optictx_turns t "
                           "ON t.memory = x.memory AND t.id = x.id WHERE x.memory = %s AND x.text LIKE ALL(%s) "
                           "ORDER BY x.id DESC LIMIT %s", (self._id, [like(t) for t in terms], limit))
         return [t for t in decode_turns(rows, self.where) if holds(t, terms)]
 
     def _catch_up(self) -> None:
-        """Index the turns an older optictx stored without their text."""
+        """Index the turns an older optictx stored without their text (an anti-join over the
+        memory's turns: once per handle, not per search)."""
         rows = self._rows("search", "SELECT t.id, t.body FROM optictx_turns t LEFT JOIN optictx_text x "
                           "ON x.memory = t.memory AND x.id = t.id WHERE t.memory = %s AND x.id IS NULL", (self._id,))
         if rows:
