@@ -16,6 +16,7 @@ from .budget import Budget
 from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
 from .eval.bill import gaps_arg, risk_arg
+from .handles import key_for
 from .io import read_jsonl
 from .memory import Memory
 from .progress import each
@@ -27,8 +28,9 @@ from .turns import Turn, to_turn
 
 
 def _memory(turns: Sequence[Turn], args: argparse.Namespace) -> Memory:
+    # One key for every run: the pages' handles, and so their labels' tokens, are the same each time.
     mem = Memory(vision=args.vision, budget=Budget(tokens=args.budget), keep_recent=args.keep_recent,
-                 tokens_per_page=args.tokens_per_page)
+                 tokens_per_page=args.tokens_per_page, key=key_for("optictx command line"))
     for t in each(turns, "packing", "turn"):
         mem.add(t)  # a Turn keeps its own `pinned`
     return mem
