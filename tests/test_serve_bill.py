@@ -196,3 +196,19 @@ def test_the_modeled_bill_counts_a_cold_cache_both_ways(sample):
     assert warm.passthrough < 0.5 * o2  # the first request's prefix read back at a tenth
     assert cold.passthrough == pytest.approx(1.25 * o3)  # 840 s later: written again, all of it
     assert cold.optictx == pytest.approx(1.25 * sum(tokens_per_piece(ctx)))
+
+
+def test_dollars_are_priced_at_the_requests_own_size():
+    """A request of 20,000 tokens is priced at the standard tier, whatever a million tokens cost:
+    the oracle is genai-prices itself, asked about a request of that size."""
+    genai_prices = pytest.importorskip("genai_prices")
+    from optictx.serve.meter import Meter
+
+    charge = Meter().charge(None, 20_000, 20_000, "anthropic", "claude-sonnet-4-5", at=0.0)
+    price = genai_prices.calc_price(genai_prices.Usage(input_tokens=20_000), model_ref="claude-sonnet-4-5",
+                                    provider_id="anthropic")
+    per_token = float(price.input_price) / 20_000
+    assert charge.passthrough_usd == pytest.approx(per_token * charge.passthrough)
+    big = genai_prices.calc_price(genai_prices.Usage(input_tokens=1_000_000), model_ref="claude-sonnet-4-5",
+                                  provider_id="anthropic")
+    assert float(big.input_price) / 1_000_000 > per_token * 1.5  # the tier the old pricing put every request in

@@ -55,13 +55,17 @@ class Meter:
             common = sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
             ours = pricing.call(sum(per), common)
         self._last, self._original = ctx, original
-        return Charge(ours, passthrough, _usd(ours, model, pricing), _usd(passthrough, model, pricing))
+        return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original))
 
 
-def _usd(cost: float, model: str, pricing: CachePricing) -> float | None:
-    """`cost` base-input tokens in dollars (an uncached token's price times the cost)."""
-    per = dollars(Bill(1_000_000, 0, 0, 1_000_000), model, pricing)
-    return None if per is None else per * cost / 1_000_000
+def _usd(cost: float, model: str, pricing: CachePricing, size: int) -> float | None:
+    """`cost` base-input tokens in dollars: an uncached token's price in a request of `size`
+    tokens (the request's own: a long-context tier starts at a prompt's size, and pricing a
+    million-token request put every request of Claude Sonnet in it, at twice the price) times
+    the cost."""
+    size = max(1, size)
+    whole = dollars(Bill(size, 0, 0, size), model, pricing)
+    return None if whole is None else whole / size * cost
 
 
 @dataclass(frozen=True)
