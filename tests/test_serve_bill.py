@@ -212,3 +212,27 @@ def test_dollars_are_priced_at_the_requests_own_size():
     big = genai_prices.calc_price(genai_prices.Usage(input_tokens=1_000_000), model_ref="claude-sonnet-4-5",
                                   provider_id="anthropic")
     assert float(big.input_price) / 1_000_000 > per_token * 1.5  # the tier the old pricing put every request in
+
+
+def test_tools_cost_the_same_on_both_sides_of_a_compressed_request(sample):
+    """A request's tool definitions go as they came either way: on a compressed request they add
+    to optictx's modeled cost what they add to the conversation's as it came (cold and warm)."""
+    from optictx import Memory
+    from optictx.serve.meter import Meter
+
+    mem = Memory(vision="anthropic", budget=3000, keep_recent=2)
+    for m in sample[:80]:
+        mem.add(m)
+    first = mem.context()
+    for m in sample[80:84]:
+        mem.add(m)
+    second = mem.context()
+    assert not first.verbatim and not second.verbatim
+    tools = 4_000
+    costs = []
+    for extra in (0, tools):
+        meter = Meter()
+        costs.append([meter.charge(ctx, original + extra, ctx.tokens + extra, "anthropic", "claude-sonnet-4-5", at)
+                      for ctx, original, at in ((first, 20_000, 0.0), (second, 21_000, 60.0))])
+    for without, with_tools in zip(*costs):
+        assert with_tools.optictx - without.optictx == pytest.approx(with_tools.passthrough - without.passthrough)

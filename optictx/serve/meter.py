@@ -43,6 +43,8 @@ class Meter:
         self._at = 0.0
 
     def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float) -> Charge:
+        """`original`, `sent`: the request as it came and as sent, under the cost model, both
+        with what it carries beside its messages (its tools)."""
         pricing = pricing_for(vision)
         if pricing.cold(self._at, at):  # nothing is read back
             self._last, self._original = None, 0
@@ -51,9 +53,11 @@ class Meter:
         if ctx is None or ctx.verbatim:  # it went as it came
             ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)
         else:
-            per = tokens_per_piece(ctx)
-            common = sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
-            ours = pricing.call(sum(per), common)
+            # What the request carries beside its messages (tool definitions) goes first and as
+            # it came, on both sides: `original` counts it, and so must optictx's prompt.
+            extra, per = max(0, sent - ctx.tokens), tokens_per_piece(ctx)
+            common = extra + sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
+            ours = pricing.call(extra + sum(per), common)
         self._last, self._original = ctx, original
         return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original))
 
