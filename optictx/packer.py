@@ -333,9 +333,8 @@ class Packer:
         if sealed:
             last, done = sealed[-1].entries[-1].turn_id, 0
             for page in reversed(sealed):  # a turn's lines are contiguous: count back to its start
-                n = sum(e.covers for e in page.entries if e.turn_id == last)
-                done += n
-                if n < len(page.entries):
+                done += sum(e.covers for e in page.entries if e.turn_id == last)
+                if any(e.covers and e.turn_id != last for e in page.entries):  # a handle covers none
                     break
             self._resume = (last, done)
         return True

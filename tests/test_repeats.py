@@ -4,10 +4,12 @@ memory reopened from its stored pages packs the rest as one that never closed.""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from functools import partial
+
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from optictx import Turn
+from optictx import Turn, handles
 from optictx.packer import Packer
 from optictx.renderers import Layout, RenderConfig
 from optictx.tokens import get_tokenizer
@@ -68,22 +70,27 @@ def test_a_run_never_starts_or_ends_inside_a_wrapped_line():
         assert not (after == "wrap" and before == "ref")  # a continuation follows its own line, never a reference
 
 
-_LINES = st.lists(st.sampled_from([f"line {k}: payload {k * 7} end" for k in range(8)]), min_size=1, max_size=40)
+_LINES = st.lists(st.one_of(st.sampled_from([f"line {k}: payload {k * 7} end" for k in range(8)]),  # repeats
+                            st.integers(0, 10**6).map(lambda k: f"once {k}: drawn in full")), min_size=1, max_size=40)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.lists(_LINES, min_size=2, max_size=14), cut=st.integers(1, 13), tpp=st.sampled_from([120, 400, 4000]))
-def test_a_reopened_packer_packs_the_rest_as_one_that_never_closed(turns, cut, tpp):
+@given(turns=st.lists(_LINES, min_size=2, max_size=14), cut=st.integers(1, 13), tpp=st.sampled_from([120, 400, 4000]),
+       handled=st.booleans())
+@example(turns=[["line 0: payload 0 end"], [f"once {k}: drawn in full" for k in range(20)]], cut=2, tpp=120,
+         handled=True)  # a turn's lines fill a page under its handle: the reopen counts them back to its start
+def test_a_reopened_packer_packs_the_rest_as_one_that_never_closed(turns, cut, tpp, handled):
     tok, layout = get_tokenizer(), Layout(RenderConfig())
     made = [_tool(i, "\n".join(lines)) for i, lines in enumerate(turns)]
-    whole = Packer(layout, tok, tpp)
+    handle = partial(handles.handle, "00" * 16) if handled else None  # a turn filling a page under its handle
+    whole = Packer(layout, tok, tpp, handle=handle)
     for t in made:
         whole.add(t)
-    first = Packer(layout, tok, tpp)
+    first = Packer(layout, tok, tpp, handle=handle)
     for t in made[: min(cut, len(made))]:
         first.add(t)
     _, blobs = first.unsaved()
-    again = Packer(layout, tok, tpp)
+    again = Packer(layout, tok, tpp, handle=handle)
     assert again.restore(list(blobs))
     for t in made:  # a reopen replays every turn; those on the restored pages are skipped
         again.add(t)
