@@ -4,12 +4,15 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 60,60,60,900`: those gaps in turn, a pause every fourth request; pxpipe's rows stay 60 s apart).
 
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
-        [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R]
+        [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R] [--no-words]
 
 `--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
 (1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
 side-by-side run; `after` (the default): as they are. `--render FILE`: every memory's pages at
 that RenderConfig (a geometry to try).
+
+`--no-words`: the person's words drawn on pages like any other turn (as before "Pages the model
+can open"; the proxy's `--no-words`), to price keeping them as text.
 
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
@@ -52,10 +55,10 @@ def _pages(render: Any = None) -> None:
     optictx.memory.as_render = lambda given, vision=None, budget=None: given or render  # type: ignore[assignment]
 
 
-def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None]) -> dict[str, Any]:
-    path, provider, budget, gaps, risk = job
+def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool]) -> dict[str, Any]:
+    path, provider, budget, gaps, risk, words = job
     t0 = time.perf_counter()
-    bill = replay(load_session(path), provider, budget=budget, gap=gaps, risk=risk)
+    bill = replay(load_session(path), provider, budget=budget, gap=gaps, risk=risk, words=words)
     s = bill.summary()
     return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
         1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
@@ -107,6 +110,8 @@ def main() -> None:
     ap.add_argument("--gap-seconds", type=gaps_arg, default=(60.0,),
                     help="seconds between requests; a list (60,60,900) in turn")
     ap.add_argument("--risk", type=risk_arg, help="the proxy's --risk (Policy.risk; default: no bound)")
+    ap.add_argument("--no-words", dest="words", action="store_false",
+                    help="the person's words on pages like any turn (default: they stay text, as the proxy keeps them)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every session's figures here")
     ap.add_argument("--pages", choices=["before", "after"], default="after",
@@ -124,7 +129,8 @@ def main() -> None:
         for corpus in args.corpora:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
-                rows = _balanced(pool, _ours, files, (provider, args.budget, args.gap_seconds, args.risk))
+                rows = _balanced(pool, _ours, files, (provider, args.budget, args.gap_seconds, args.risk,
+                                                              args.words))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
             if args.pxpipe:

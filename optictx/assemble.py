@@ -8,7 +8,7 @@ from .context import Context
 from .cost import CostModel
 from .handles import LABEL_TOKENS, label
 from .images import PageImages
-from .pieces import PageSegment, Segment, TextSegment
+from .pieces import PageSegment, Segment, TextSegment, left_out
 from .plan import Snapshot
 from .planned import Plan
 from .tiers import Tier
@@ -31,10 +31,12 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
             text = plan.factsheet[place]
             segs.append(TextSegment("factsheet", text, snap.count(text)))
 
-    if any(t is not Tier.GONE for t in plan.actual):
-        segs.append(TextSegment("caption", snap.caption, plan.caption_tokens))
+    imaged = any(t is not Tier.GONE for t in plan.actual)
+    if imaged or plan.left_out:  # with no page shown, the caption only says what was left out
+        text = (snap.caption if imaged else "") + (left_out(plan.left_out) if plan.left_out else "")
+        segs.append(TextSegment("caption", text.strip(), plan.caption_tokens))
     factsheet(-1)
-    in_place = list(snap.in_place(plan.cut))
+    in_place = [t for t in snap.in_place(plan.cut) if t.id not in plan.left_out]
     master = snap.pack.layout.config.size
 
     def inline(before: int | None) -> None:  # the turns in place with ids below `before` (None: all)

@@ -27,6 +27,7 @@ from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer
 from .tools import Tools
 from .turns import Turn, to_turn
+from .words import keep
 
 DEFAULT_BUDGET = Budget(tokens=8192)
 
@@ -146,6 +147,7 @@ class Memory(PolicyFields):
         `pin=True` keeps the turn as text in every context (system turns always are).
         """
         t = to_turn(turn)
+        t = keep(t) if self.policy.words else t  # marked as it is stored: every reopen reads the same
         if pin and not t.pinned:
             t = Turn.model_validate({**t.model_dump(), "pinned": True})  # validated: tool turns refuse pins
         self.limits.check(t)

@@ -40,6 +40,15 @@ def caption(tools: Sequence[str] = ()) -> str:
     return CAPTION + " Pages may be misread: " + "; ".join(h for h in how if h) + "."
 
 
+def left_out(turn_ids: Sequence[int]) -> str:
+    """What the caption adds when a hard budget cannot hold every message of the person's that
+    stays text in place (`turnindex.WORDS`): how many of the oldest were left out, and where
+    (one size whatever the count: it is planned before the count is known)."""
+    n = len(turn_ids)
+    return (f" The person's {n} earliest message{'s' if n > 1 else ''} (turns #{turn_ids[0]} to #{turn_ids[-1]}) "
+            "are left out for the budget; the pages around them hold their turn headers.")
+
+
 SegmentKind = Literal["system", "pinned", "caption", "factsheet", "label", "inline", "recent"]
 
 

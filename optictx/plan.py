@@ -28,11 +28,12 @@ from .errors import BudgetError
 from .factlines import TurnFacts, with_factsheet
 from .native import images_cost
 from .packer import PackView, Page
-from .pieces import CAPTION
+from .pieces import CAPTION, left_out
 from .planned import Plan
 from .policy import Policy
 from .schedule import Fitter, PageCost, ladder_tiers, page_costs
 from .tiers import Tier
+from .turnindex import WORDS
 from .turns import Turn
 
 
@@ -94,14 +95,18 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     if image_cap is not None and snap.image_count(fixed) > image_cap:
         raise BudgetError(f"system and pinned turns hold {snap.image_count(fixed)} images, but {cost.name!r} takes "
                           f"at most {image_cap} per request: unpin turns or raise Limits.max_images")
+    last = max(snap.tokens, default=0)  # the longest ids the caption's note may name, planned first
+    note = snap.count(left_out([last, last]))
+    gone = give_way(snap, limit - fixed_tokens - caption - note, cost)
+    caption += note if gone else 0  # the caption says what gave way
     for cut in safe_cuts(snap.recent):
         # Native images count against the cap: when those of the turns kept as text are too many,
         # more turns go onto pages (where an image is drawn as "[image]"). Turns that stay text in
         # place cost the same wherever the cut is.
-        in_place = snap.in_place(cut)
+        in_place = [t for t in snap.in_place(cut) if t.id not in gone]
         native = snap.image_count([*fixed, *in_place, *snap.recent[cut:]])
         other = fixed_tokens + sum(snap.turn_tokens(t, cost) for t in in_place) + sum(recent_tokens[cut:])
-        if other > limit or (image_cap is not None and native > image_cap):
+        if other + (caption if gone else 0) > limit or (image_cap is not None and native > image_cap):
             continue  # the text alone is over, or its images: more turns onto pages
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
         costs = price_pages(pages, snap, cost)
@@ -110,15 +115,32 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
         tiers = cap_images(tiers, costs, None if image_cap is None else image_cap - native)
         if policy.sticky:
             tiers = never_sharper(tiers, snap.last_tiers)
-        fitted = Plan(cut, pages, tiers, costs, other, caption)
+        fitted = Plan(cut, pages, tiers, costs, other, caption, left_out=tuple(sorted(gone)))
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
-    needed = fixed_tokens + sum(snap.turn_tokens(t, cost) for t in snap.in_place(len(snap.recent)))
+    needed = fixed_tokens + sum(snap.turn_tokens(t, cost) for t in snap.in_place(len(snap.recent))
+                                if t.id not in gone)
     short = needed - limit
     raise BudgetError(
         f"the context needs at least {needed} tokens for system, pinned and in-place turns, but the budget "
         f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
+
+
+def give_way(snap: Snapshot, room: int, cost: CostModel) -> frozenset[int]:
+    """The person's messages that stay text in place (`turnindex.WORDS`) left out, oldest first,
+    until those in place fit `room` with every recent turn on pages; none while they fit. Other
+    turns in place (system and developer messages, turns kept as sent) never give way."""
+    in_place = snap.in_place(len(snap.recent))
+    over = sum(snap.turn_tokens(t, cost) for t in in_place) - room
+    gone: set[int] = set()
+    for t in in_place:
+        if over <= 0:
+            break
+        if WORDS in t.metadata:
+            gone.add(t.id)  # type: ignore[arg-type]
+            over -= snap.turn_tokens(t, cost)
+    return frozenset(gone)
 
 
 def as_it_came(snap: Snapshot, original: int, limit: int, image_cap: int | None) -> Plan | None:

@@ -27,6 +27,7 @@ class Plan:
     factsheet: Mapping[int, str] = field(default_factory=dict)
     verbatim: tuple[Turn, ...] | None = None  # set: every turn goes as itself in this order, nothing else
     drawn: bool = True  # recent turns' flat prompts as a page draws them (False: as themselves, prefix.py)
+    left_out: tuple[int, ...] = ()  # the person's messages that stay in place but the budget cannot hold
 
     @cached_property
     def actual(self) -> list[Tier]:
@@ -41,7 +42,7 @@ class Plan:
     def tokens(self) -> int:
         """Everything but the factsheet."""
         imaged = any(t is not Tier.GONE for t in self.tiers)
-        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged else 0)
+        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged or self.left_out else 0)
 
     @cached_property
     def shown_by(self) -> dict[int, int]:
@@ -53,11 +54,11 @@ class Plan:
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
-                    drawn=self.drawn)
+                    drawn=self.drawn, left_out=self.left_out)
 
     def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
         new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts,
-                   drawn=self.drawn)
+                   drawn=self.drawn, left_out=self.left_out)
         # The same tiers: what was derived from them holds (recomputing it walks every page).
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
         return new

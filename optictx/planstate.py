@@ -73,7 +73,7 @@ class Frozen:
             return None
 
 
-_ADDED = ("risk", "tools")  # Policy fields added since plan states were first stored
+_ADDED = ("risk", "tools", "words")  # Policy fields added since plan states were first stored
 
 
 def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:

@@ -49,6 +49,11 @@ class Policy:
       it (a cold cache's compaction, which costs less, or one the hard budget forces), and an
       agent that never pauses longer than the cache lives is sent as it came until then
       (BENCHMARKS.md, "A bound on the bet").
+    - `words`: a user turn with a person's words in it (`words.is_words`: not only what an agent
+      wrapped around them), or an instruction file a client forwards, stays text in place, never
+      drawn on a page; where a hard budget cannot hold them all, the oldest give way and the
+      caption says which. Off in the library by default: an agent that sends its tools' output
+      as user messages (SWE-agent) would keep all of it as text; `optictx serve` turns it on.
     - `tools`: the names of the tools the model has for the pages (`search`, `recall`, as its
       tool list spells them): the caption before the pages says to call them (`pieces.caption`).
     """
@@ -67,6 +72,7 @@ class Policy:
     pricing: str | CachePricing | None = None
     risk: float | None = None
     tools: tuple[str, ...] = ()
+    words: bool = False
 
     def __post_init__(self) -> None:
         checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
@@ -83,7 +89,8 @@ class Policy:
                   "risk": self.risk is None or (isinstance(self.risk, (int, float)) and not isinstance(self.risk, bool)
                                                 and 0 <= self.risk <= 1000),
                   "tools": isinstance(self.tools, tuple) and len(self.tools) <= 4 and all(
-                      isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in self.tools)}
+                      isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in self.tools),
+                  "words": isinstance(self.words, bool)}
         wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
                  "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
                  "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
@@ -91,7 +98,7 @@ class Policy:
                  "margin": "a number in [1, 1000]",
                  "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}",
                  "risk": "None or a number in [0, 1000]",
-                 "tools": "a tuple of at most 4 tool names (1 to 64 printable characters)"}
+                 "tools": "a tuple of at most 4 tool names (1 to 64 printable characters)", "words": "a bool"}
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
@@ -100,7 +107,7 @@ class Policy:
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
         """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
         ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=, cache=, headroom=, horizon=,
-        first_horizon=, margin=, pricing=, risk=."""
+        first_horizon=, margin=, pricing=, risk=, words=."""
         names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
         unknown = sorted(set(kwargs) - names)
         if unknown:

@@ -18,6 +18,9 @@ Sizes = tuple[tuple[int, int] | None, ...]
 # A turn's metadata key that keeps it as it came, in place (`stays_in_place`): a proxy sets it on a
 # message whose shape it does not fully understand, so that it is never drawn on a page.
 AS_SENT = "optictx_as_sent"
+# A turn's metadata key that keeps a person's words (`words.keep`) as text in place: never drawn on
+# a page; the oldest of them give way first where a hard budget cannot hold them all (`plan.py`).
+WORDS = "optictx_words"
 
 
 def text_tokens(turn: Turn, tok: Tokenizer) -> int:
@@ -51,9 +54,9 @@ class TurnIndex:
 
         System turns before any other turn are the prompt's fixed front. A system turn after the
         conversation began (a client's mid-conversation instruction or reminder), and a turn
-        marked to stay as it came (`AS_SENT`), stay text in place: they go through the recent
-        turns like any other, and where their neighbours go onto a page, the page shows one line
-        where they were and their text follows it (`inline`)."""
+        marked to stay as it came (`AS_SENT`) or as a person's words (`WORDS`), stay text in
+        place: they go through the recent turns like any other, and where their neighbours go
+        onto a page, the page shows one line where they were and their text follows it (`inline`)."""
         if turn.id != len(self.tokens):
             raise StoreError(f"the store returned turn {turn.id} after turn {self.last_id}: ids must follow "
                              "one another; the store is damaged or not an optictx store")
@@ -68,7 +71,7 @@ class TurnIndex:
         if turn.pinned:
             self.pinned.append(turn)
             return False
-        if turn.role == "system" or AS_SENT in turn.metadata:
+        if turn.role == "system" or AS_SENT in turn.metadata or WORDS in turn.metadata:
             self.inline.append(turn)
             self.inline_ids.add(turn.id)  # type: ignore[arg-type]
         return True

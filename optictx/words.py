@@ -1,13 +1,16 @@
 """What a person said in a user message, apart from what agents wrap around it: Claude Code's
 `<system-reminder>` and command wrappers, Codex's `<environment_context>` and
 `<user_instructions>`, each a tagged block that starts a line. One rule for every use: a
-conversation's title, and which message holds the person's task (the pin)."""
+conversation's title, which message holds the person's task (the pin), and which turns stay
+text in place, never drawn on a page (`keep`: the person's words and the instruction files a
+client forwards)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
+from .turnindex import WORDS
 from .turns import Turn
 
 # Looked for in a bounded head of each message, a bounded number of times: a glance, never a scan
@@ -42,6 +45,24 @@ def said(turn: Turn) -> str:
     """The person's words in `turn` on one line ("" for any turn but a user's, and for a user
     message that holds only what an agent wrapped around it)."""
     return " ".join(outside_wrappers(turn.text).split()) if turn.role == "user" else ""
+
+
+# An instruction file a client forwards in a user message: Claude Code's CLAUDE.md (inside a
+# <system-reminder>), Codex's AGENTS.md (its heading, or the older <user_instructions> tag).
+_INSTRUCTIONS = re.compile(r"Codebase and user instructions are shown below|^# AGENTS\.md instructions for |"
+                           r"^<user_instructions>", re.MULTILINE)
+
+
+def is_words(turn: Turn) -> bool:
+    """A user turn with a person's words in it, or an instruction file a client forwards."""
+    return turn.role == "user" and bool(said(turn) or _INSTRUCTIONS.search(turn.text[:HEAD]))
+
+
+def keep(turn: Turn) -> Turn:
+    """`turn`, marked to stay text in place (`turnindex.WORDS`) when it holds a person's words."""
+    if WORDS in turn.metadata or not is_words(turn):
+        return turn
+    return turn.model_copy(update={"metadata": {**turn.metadata, WORDS: True}})
 
 
 def first_said(turns: Sequence[Turn]) -> int | None:

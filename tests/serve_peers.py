@@ -358,9 +358,9 @@ class Reference:
 
     def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
         from optictx import Memory
-        from optictx.serve.proxy import fit, pin_task, vision_for
+        from optictx.serve.proxy import fit, keep_words, pin_task, vision_for
 
-        parsed = pin_task(self.dialect.parse(body, json.dumps(body).encode()))
+        parsed = keep_words(pin_task(self.dialect.parse(body, json.dumps(body).encode())))
         vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
         if self.memory is None:
             self.memory = Memory(keep_recent=self.keep, budget=self.budget, vision=vision,

@@ -332,18 +332,15 @@ def test_risk_is_checked_and_kept_with_the_memory(tmp_path):
 
 
 def test_a_policy_field_added_later_leaves_the_state_key_at_its_default():
-    """States stored before `risk` and `tools` existed are found again: unset, they are not part of the key."""
-    import hashlib
-    import re
-
+    """States stored before `risk`, `tools` and `words` existed are found again: unset, they are
+    not part of the key. The keys are those optictx stored under before them (golden, pinned)."""
     from optictx.planstate import state_key
     from optictx.policy import Policy
 
     budget, cost = Budget(tokens=1000), COST_MODELS["anthropic"]
-    for policy in (Policy(), Policy(margin=2.0)):
-        before = re.sub(r", risk=None, tools=\(\)\)$", ")", repr(policy))  # the policy as optictx wrote it then,
-        before = re.sub(r" at 0x[0-9a-f]+", "", before)  # less a function's address
-        assert state_key(budget, cost, policy).endswith(hashlib.sha256(before.encode()).hexdigest()[:12])
+    assert state_key(budget, cost, Policy()) == "plan1:1000:anthropic:8fbcfd71a831"
+    assert state_key(budget, cost, Policy(margin=2.0)) == "plan1:1000:anthropic:556ddb852a2a"
+    assert state_key(budget, cost, Policy(words=True)) != state_key(budget, cost, Policy())
     assert state_key(budget, cost, Policy(risk=0)) != state_key(budget, cost, Policy())
     assert state_key(budget, cost, Policy(tools=("recall",))) != state_key(budget, cost, Policy())
 

@@ -129,7 +129,7 @@ def test_the_task_survives_a_tight_budget(upstream, sample):
     task = "TASK-7731: make the invoice totals exact to the cent and keep the API unchanged."
     history = [sample[0], {"role": "user", "content": task}, *sample[2:200]]
     for pin, survives in ((True, True), (False, False)):
-        p = _proxy(upstream, budget=2500, keep_recent=2, pin_task=pin)
+        p = _proxy(upstream, budget=2500, keep_recent=2, pin_task=pin, words=False)  # the pin alone
         try:
             client = openai.OpenAI(base_url=p.url + "/v1", api_key=f"key-{pin}", max_retries=0)
             client.chat.completions.create(model="deepseek-ocr", messages=history)

@@ -130,9 +130,9 @@ def risk_arg(text: str) -> float:
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
-           risk: float | None = None) -> SessionBill:
+           risk: float | None = None, words: bool = True) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
-    apart (a sequence: the gaps in turn, cycled); `risk`: the proxy's (`Policy.risk`)."""
+    apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings."""
     gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
@@ -148,7 +148,7 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[api]
     blocks = {"anthropic": anthropic_blocks, "openai": openai_blocks, "responses": responses_blocks}[api]
     cost = get_cost_model(vision_for(model, dialect.provider, vision))
-    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk}
+    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk, "words": words}
     config = ServeConfig.make(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
                               **settings)
     headers = {"x-api-key": "optictx-bill"}

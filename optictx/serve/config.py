@@ -45,6 +45,8 @@ class ServeConfig(BaseModel):
                                "a compaction may take its bill so far, as a share of that (0: never above; default: "
                                "no bound, the expected saving decides)")
     pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
+    words: bool = Field(True, description="keep the person's words and the instruction files a client forwards "
+                        "(CLAUDE.md, AGENTS.md) as text in place, never drawn on a page")
     store: Path | str | None = Field(None, description="where memories outlive restarts (default: nowhere): a "
                                      "folder of SQLite files, or a postgresql://user@host/db URL replicas share")
     allow_remote: bool = Field(False, description="bind a non-loopback host; clients must then send "

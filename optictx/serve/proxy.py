@@ -20,7 +20,7 @@ from ..memory import Memory
 from ..recall import spans_of
 from ..tools import ABOUT
 from ..turnindex import AS_SENT
-from ..words import first_said
+from ..words import first_said, keep
 from .answers import FALLBACKS
 from .config import ServeConfig
 from .conversations import Conversation, Conversations, tenant_of
@@ -115,6 +115,13 @@ def pin_task(parsed: Parsed) -> Parsed:
     return replace(parsed, turns=tuple(turns))
 
 
+def keep_words(parsed: Parsed) -> Parsed:
+    """The person's words, and the instruction files a client forwards, marked to stay text in
+    place (`words.keep`)."""
+    turns = tuple(keep(t) for t in parsed.turns)
+    return parsed if all(a is b for a, b in zip(turns, parsed.turns)) else replace(parsed, turns=turns)
+
+
 def tiers_of(ctx: Context) -> dict[str, int]:
     """Pages per tier in `ctx`, dropped ones as "gone" (the dashboard's column)."""
     tiers = Counter(p.tier.value for p in ctx.pages)
@@ -206,6 +213,8 @@ class Proxy:
             return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
         if self.config.pin_task:
             parsed = pin_task(parsed)
+        if self.config.words:
+            parsed = keep_words(parsed)
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         try:
             if not keep:
