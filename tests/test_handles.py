@@ -74,7 +74,9 @@ def test_a_handle_reads_back_at_tiny_by_both_readers(vision, budget, turns):
     from optictx.models import ReflexReader
     from optictx.readers import TesseractReader
 
-    mem = _filled(turns, vision=vision, budget=budget)
+    # One key, so one set of handles every run: the rate over random ones is benchmarks/recall.py's
+    # (Tesseract misreads about one handle in seventy at TINY: f as t, p as e).
+    mem = _filled(turns, vision=vision, budget=budget, key="5eed" * 8)
     pages = [p for p in mem.pages if p.sealed][:8]
     assert len(pages) >= 3
     for reader in (TesseractReader(), ReflexReader()):
