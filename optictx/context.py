@@ -14,6 +14,7 @@ from .budget import Budget
 from .cost import PROFILES, CostModel
 from .errors import ConfigError
 from .kv import KVGeometry
+from .misread import Misread, check
 from .packer import Page
 from .pieces import PageSegment, Piece, Segment, TextSegment, pieces_of
 from .tiers import Tier
@@ -68,6 +69,15 @@ class Context:
         """The verbatim exact strings kept beside the images, all placed parts joined ("" when
         none): dropped turns' before the first page, imaged turns' after the page showing them."""
         return "\n".join(s.text for s in self.text_segments if s.kind == "factsheet")
+
+    def check(self, answer: str) -> list[Misread]:
+        """The strings in `answer` (a model's reply to this context) that are probably misreadings
+        of its page images: a character or two off one a page shows, and found nowhere in the
+        context as they are (`misread.py`). Never changes the answer; a check, not a filter."""
+        images = [(s.page, s.page.handle) for s in self.pages if s.tier.is_image]
+        text = "\n".join([*(s.text for s in self.text_segments),
+                          *(s.page.text for s in self.pages if s.tier is Tier.TEXT)])
+        return check(answer, images, text)
 
     @property
     def kv_bytes(self) -> int | None:

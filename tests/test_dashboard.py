@@ -158,3 +158,35 @@ def test_with_nothing_served_the_dashboard_says_what_to_do(empty, browser):
     assert f"ANTHROPIC_BASE_URL={empty.url} claude" in said and f"OPENAI_BASE_URL={empty.url}/v1" in said
     assert "wire_api" in said and page.locator("#conversations").is_hidden()
     _not_blank(page.screenshot(full_page=True))
+
+
+@needs_chromium
+def test_a_probable_misreading_shows_beside_the_page_it_came_from(browser):
+    import openai
+    from test_misread import NAME, _planted
+
+    from optictx.sample import sample_conversation
+    from optictx.serve import ServeConfig
+
+    from serve_peers import Proxy, start_upstream, stop_upstream
+
+    state, server = start_upstream()
+    off = NAME.replace("currency", "curency")
+    state.reply = f"I changed `{off}` as asked."
+    proxy = Proxy(ServeConfig(upstream=state.openai_url, budget=3000, keep_recent=4))
+    try:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="key-a", max_retries=0)
+        client.chat.completions.create(model="deepseek-ocr", messages=_planted(sample_conversation()))
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(proxy.url + "/optictx/")
+        page.wait_for_selector("#conversations tbody tr")
+        page.locator("#conversations tbody tr").first.click()
+        page.wait_for_selector("#requests tbody tr")
+        assert f"{off} \u2192 {NAME}" in page.inner_text("#requests tbody tr")
+        page.wait_for_selector("#pages .thumb")
+        labels = [t.inner_text() for t in page.locator("#pages .thumb .label").all()]
+        marked = [label for label in labels if "misread" in label]
+        assert len(marked) == 1 and f"misread: {off} \u2192 {NAME}" in marked[0]
+    finally:
+        proxy.stop()
+        stop_upstream(server)

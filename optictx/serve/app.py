@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..misread import Misread
+from .answer import misread_header, misread_json
 from .answers import answered, incident
 from .anthropic_api import ANTHROPIC
 from .config import ServeConfig
@@ -132,13 +134,18 @@ class Server:
             if fitted.fallback:
                 extra["x-optictx-fallback"] = fitted.fallback
 
-            async def done(usage: Usage | None, status: int) -> None:
-                try:  # bookkeeping: the answer reaches the client whatever becomes of it
+            async def done(usage: Usage | None, status: int, answer: str = "") -> dict[str, str]:
+                misread: list[Misread] = []
+                try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
+                    if answer and fitted.context is not None and fitted.context.pages:
+                        misread = await run_in_threadpool(fitted.context.check, answer)
                     billed = usage_record(usage, sent.vision, sent.model)
-                    await run_in_threadpool(self.proxy.ledger.record, replace(sent, status=status, **billed))
+                    await run_in_threadpool(self.proxy.ledger.record, replace(
+                        sent, status=status, misread=misread_json(misread), **billed))
                 except Exception:
                     incident(f"conversation {sent.conversation}: the request's record was not stored",
                              "answer relayed, record lost")
+                return {"x-optictx-misread": misread_header(misread)} if misread else {}
 
             upstream, target = self.upstream(dialect), _with_query(path, request)
             return await self._relayed(request, lambda: upstream.post(target, fitted.body, request.headers,
@@ -168,7 +175,7 @@ class Server:
         if response is None:
             log.info("the client left before the upstream answered: nothing sent, or the call cancelled")
             with anyio.CancelScope(shield=True):
-                await done(None, 499)
+                await done(None, 499, "")
             return Response(status_code=499)
         return response
 

@@ -77,7 +77,8 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         if ctx is None:
             return JSONResponse(_UNKNOWN, 404)
         return JSONResponse({"gone": len(ctx.gone), "vision": ctx.vision.name, "pages": [
-            {"n": n, "tier": seg.tier.value, "turns": [seg.turn_ids[0], seg.turn_ids[-1]] if seg.turn_ids else [],
+            {"n": n, "tier": seg.tier.value, "handle": seg.page.handle,
+             "turns": [seg.turn_ids[0], seg.turn_ids[-1]] if seg.turn_ids else [],
              "tokens": seg.tokens, "image": seg.tier.is_image, "text": seg.text} for n, seg in enumerate(ctx.pages)]})
 
     async def page_image(request: Request) -> Response:

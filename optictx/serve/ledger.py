@@ -43,8 +43,10 @@ CREATE TABLE IF NOT EXISTS {p}pages (
 # A conversation's title: the start of its first user message (`conversations.title_of`).
 # The budget the memory planned the request's context to (the request's less its tools), which with
 # its time and vision draws that context again after a restart (`Conversations.latest`).
+# The probable misreadings of its pages in the request's answer, as JSON (`answer.misread_json`).
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
-                       "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER"),
+                       "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER",
+                       "misread TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -75,6 +77,7 @@ class Sent:
     usage: str | None = None  # the upstream's usage, as JSON (meter.Usage)
     budget: int | None = None  # the context's budget (None: no context was planned)
     at: float | None = None  # when it was planned (None: when it is recorded)
+    misread: str | None = None  # probable misreadings of its pages in the answer, JSON (None: none)
 
 
 _CHUNK = 500  # digests per lookup: under every SQLite build's limit of bound parameters
@@ -167,11 +170,11 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  "usage, budget) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  "usage, budget, misread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
                    sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
                    sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
-                   sent.billed_usd, sent.usage, sent.budget),
+                   sent.billed_usd, sent.usage, sent.budget, sent.misread),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
@@ -189,11 +192,12 @@ class Ledger:
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
         keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status", "event",
-                *_MONEY, "usage")
+                *_MONEY, "usage", "misread")
         rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
                          "ORDER BY id", (tenant, conversation))
         return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8]),
-                 "usage": json.loads(r[-1]) if r[-1] else None} for r in rows]
+                 "usage": json.loads(r[-2]) if r[-2] else None, "misread": json.loads(r[-1]) if r[-1] else []}
+                for r in rows]
 
     def latest(self, tenant: str, conversation: str) -> dict[str, Any] | None:
         """The conversation's newest request that planned a context: its time, vision and budget."""

@@ -13,6 +13,7 @@ import anyio
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from .answer import StreamText, text_of
 from .dialect import ApiError, Dialect
 from .meter import StreamUsage, Usage, usage_of
 
@@ -50,14 +51,17 @@ def shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-Done = Callable[[Usage | None, int], Awaitable[None]]
+# Awaited once an answer is all read, with its usage, status and text; what it returns (headers)
+# goes with a whole answer (a stream's headers are gone by then).
+Done = Callable[[Usage | None, int, str], Awaitable[Mapping[str, str] | None]]
 
 
-def _usage(api: str, content: bytes) -> Usage | None:
+def _read(api: str, content: bytes) -> tuple[Usage | None, str]:
     try:
-        return usage_of(api, json.loads(content))
+        body = json.loads(content)
     except (ValueError, RecursionError):
-        return None
+        return None, ""
+    return usage_of(api, body), text_of(api, body)
 
 
 # A stream is relayed in whole events; a stream that has no event boundary this far is not
@@ -126,10 +130,11 @@ class Upstream:
                 content = await self._whole(r)
             except ApiError:
                 if done is not None:
-                    await done(None, 502)
+                    await done(None, 502, "")
                 raise
             if done is not None:
-                await done(_usage(dialect.provider, content) if r.status_code < 400 else None, r.status_code)
+                usage, text = _read(dialect.provider, content) if r.status_code < 400 else (None, "")
+                answer.update(await done(usage, r.status_code, text) or {})
             return Response(content, r.status_code, answer)
         return StreamingResponse(self._relay(r, dialect, done), r.status_code, answer)
 
@@ -137,7 +142,7 @@ class Upstream:
         """Whole events as they arrive: should upstream break off, the half event it left is
         dropped and an error event ends the stream (a client never parses half of one)."""
         tail = bytearray()  # what arrived after the last whole event; searched once per byte
-        usage = StreamUsage(dialect.provider)
+        usage, said = StreamUsage(dialect.provider), StreamText(dialect.provider)
         try:
             async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
                 start = max(0, len(tail) - 3)  # a boundary may straddle the chunks
@@ -147,9 +152,11 @@ class Upstream:
                     out = bytes(tail[:end])
                     del tail[:end]
                     usage.feed(out)
+                    said.feed(out)
                     yield out
             if tail:
                 usage.feed(bytes(tail))
+                said.feed(bytes(tail))
                 yield bytes(tail)
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke: %s", self.shown, exc)
@@ -159,7 +166,7 @@ class Upstream:
             with anyio.CancelScope(shield=True):
                 await r.aclose()
                 if done is not None:
-                    await done(usage.usage, r.status_code)
+                    await done(usage.usage, r.status_code, said.text)
 
     async def close(self) -> None:
         await self.client.aclose()
