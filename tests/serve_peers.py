@@ -48,6 +48,7 @@ class Upstream:
     keep: bool = True  # False (benchmarks): nothing recorded or parsed, every POST gets one fixed answer
     reply: str = "Hello from upstream, streamed in pieces."
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
+    whole_body: bytes | None = None  # sent as the next whole answers' body, as it is
     calls: list[tuple[str, Any]] = field(default_factory=list)  # Responses API: the next answers are these
     #   function calls (name, arguments or a function of the request that gives them), each after an
     #   encrypted reasoning item, one per request
@@ -263,7 +264,8 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                               "/v1/responses": (_responses_answer, _responses_events)}.get(
                 path, (_openai_answer, _openai_events))
             if not body.get("stream"):
-                self._send(200, json.dumps(answer(model, state.reply)).encode(), {"x-request-id": "req-upstream-1"})
+                whole = state.whole_body or json.dumps(answer(model, state.reply)).encode()
+                self._send(200, whole, {"x-request-id": "req-upstream-1"})
                 return
             events = events(model, state.reply)
             if state.stream_body is not None:

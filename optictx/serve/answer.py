@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..misread import Misread
+from .meter import event_data
 
 MAX_CHARS = 65_536  # of an answer's text: a check needs the strings in it, not a book
 
@@ -46,11 +47,13 @@ class StreamText:
         return "".join(self.parts)
 
     def feed(self, events: bytes) -> None:
-        for line in events.split(b"\n"):
-            if self.size >= MAX_CHARS or not line.startswith(b"data:") or b"delta" not in line:
+        if b"delta" not in events:
+            return
+        for data in event_data(events):
+            if self.size >= MAX_CHARS or b"delta" not in data:
                 continue
             try:
-                event = json.loads(line[5:])
+                event = json.loads(data)
             except (ValueError, RecursionError):
                 continue
             piece = self._delta(event) if isinstance(event, dict) else None

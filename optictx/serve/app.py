@@ -139,7 +139,7 @@ class Server:
                 try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
                     if answer and fitted.context is not None and fitted.context.pages:
                         misread = await run_in_threadpool(fitted.context.check, answer)
-                    billed = usage_record(usage, sent.vision, sent.model)
+                    billed = usage_record(usage, sent.vision, sent.model, len(fitted.body))
                     await run_in_threadpool(self.proxy.ledger.record, replace(
                         sent, status=status, misread=misread_json(misread), **billed))
                 except Exception:

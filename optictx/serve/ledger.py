@@ -80,6 +80,14 @@ class Sent:
     misread: str | None = None  # probable misreadings of its pages in the answer, JSON (None: none)
 
 
+_SANE = 10**15  # tokens or dollars of one request above this are no fact (and JSON has no inf)
+
+
+def _sane(value: Any) -> Any:
+    """A stored amount as the dashboard can show it: an absurd or non-finite one as not known."""
+    return None if isinstance(value, float) and not abs(value) < _SANE else value
+
+
 _CHUNK = 500  # digests per lookup: under every SQLite build's limit of bound parameters
 
 
@@ -180,7 +188,9 @@ class Ledger:
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's conversations, newest request first, with totals: tokens, and the bill
         (modeled both ways, and as the upstream reported it) in base-input tokens and dollars."""
-        money = ", ".join(f"SUM(r.{c})" for c in _MONEY)
+        # Only sane amounts are summed: rows an older optictx wrote from an upstream's absurd usage
+        # (1e308 tokens) would make the sum infinite, and the dashboard unreadable for good.
+        money = ", ".join(f"SUM(CASE WHEN ABS(r.{c}) < {_SANE} THEN r.{c} END)" for c in _MONEY)
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
             f"MAX(r.at), {money}, c.title, (SELECT model FROM {{p}}requests m WHERE m.tenant = c.tenant "
@@ -195,7 +205,7 @@ class Ledger:
                 *_MONEY, "usage", "misread")
         rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
                          "ORDER BY id", (tenant, conversation))
-        return [{**dict(zip(keys, r)), "verbatim": bool(r[7]), "tiers": json.loads(r[8]),
+        return [{**{k: _sane(v) for k, v in zip(keys, r)}, "verbatim": bool(r[7]), "tiers": json.loads(r[8]),
                  "usage": json.loads(r[-2]) if r[-2] else None, "misread": json.loads(r[-1]) if r[-1] else []}
                 for r in rows]
 

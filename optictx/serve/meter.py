@@ -6,7 +6,9 @@ rules; and what the upstream says it billed (`Usage`, from its answer, streamed 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..context import Context
@@ -72,34 +74,59 @@ def _usd(cost: float, model: str, pricing: CachePricing, size: int) -> float | N
     return None if whole is None else whole / size * cost
 
 
+# Counts an upstream reports are taken as fact only within these: a token costs a request at
+# least a byte of its body (text, base64), so more input tokens than 4 bytes each of what went up,
+# with room for images sent by URL and what a provider adds, is no count but a fault or a lie.
+MAX_COUNT = 10**10
+SLACK = 100_000
+
+
 @dataclass(frozen=True)
 class Usage:
-    """What the upstream billed for one request's input and output, from its answer."""
+    """What the upstream billed for one request's input and output, from its answer. `doubt`:
+    why these counts are not taken as fact (then they are kept, said, and never priced)."""
 
     input: int = 0  # uncached input (Anthropic: after the last breakpoint)
     cache_read: int = 0
     cache_write: int = 0
     output: int = 0
+    doubt: str | None = None
 
     def cost(self, pricing: CachePricing) -> float:
         return self.input + pricing.read * self.cache_read + pricing.write * self.cache_write
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({k: v for k, v in asdict(self).items() if k != "doubt" or v is not None})
+
+    def doubted(self, carried: int | None) -> str | None:
+        """Why these counts are not fact for a request of `carried` bytes (None: they are)."""
+        total = self.input + self.cache_read + self.cache_write
+        if self.doubt is None and carried is not None and total > 4 * carried + SLACK:
+            return f"{total} input tokens reported for a request of {carried} bytes"
+        return self.doubt
 
 
-def usage_record(usage: Usage | None, vision: str, model: str) -> dict[str, Any]:
-    """The ledger's fields for what the upstream billed (none when it reported nothing)."""
+def usage_record(usage: Usage | None, vision: str, model: str, carried: int | None = None) -> dict[str, Any]:
+    """The ledger's fields for what the upstream billed (none when it reported nothing) to a
+    request of `carried` bytes: counts it could not have carried are recorded as not known."""
     if usage is None:
         return {}
-    pricing = pricing_for(vision)
-    billed = usage.cost(pricing)
-    bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed)
-    return {"usage": usage.to_json(), "billed": billed, "billed_usd": dollars(bill, model, pricing)}
+    doubt = usage.doubted(carried)
+    if doubt is None:
+        try:
+            pricing = pricing_for(vision)
+            billed = usage.cost(pricing)
+            bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed)
+            return {"usage": usage.to_json(), "billed": billed, "billed_usd": dollars(bill, model, pricing)}
+        except (ValueError, ArithmeticError) as exc:  # the price library's word on counts it will not price
+            doubt = f"not priced: {str(exc)[:80]}"
+    return {"usage": replace(usage, doubt=doubt).to_json()}
 
 
 def usage_of(api: str, body: Any) -> Usage | None:
-    """The usage in an answer's JSON (a whole answer, or one stream event's data), or None."""
+    """The usage in an answer's JSON (a whole answer, or one stream event's data), or None; a
+    count that is not a whole number from 0 to `MAX_COUNT` (a bool is not one), or cached tokens
+    above the prompt's, make it doubted (`Usage.doubt`)."""
     if not isinstance(body, dict):
         return None
     u = body.get("usage")
@@ -109,15 +136,39 @@ def usage_of(api: str, body: Any) -> Usage | None:
         u = held.get("usage") if isinstance(held, dict) else None
     if not isinstance(u, dict):
         return None
-    n = lambda k: u.get(k) if isinstance(u.get(k), int) else 0  # noqa: E731
+    doubts: list[str] = []
+
+    def n(key: str, within: dict[str, Any] = u) -> int:
+        value = within.get(key)
+        if value is None:
+            return 0
+        if type(value) is not int or not 0 <= value <= MAX_COUNT:
+            doubts.append(f"{key} {str(value)[:24]}")
+            return 0
+        return value
+
     if api == "anthropic":
-        return Usage(n("input_tokens"), n("cache_read_input_tokens"), n("cache_creation_input_tokens"),
-                     n("output_tokens"))
-    details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-    cached = cached if isinstance(cached, int) else 0
-    prompt = n("prompt_tokens") or n("input_tokens")
-    return Usage(max(0, prompt - cached), cached, 0, n("completion_tokens") or n("output_tokens"))
+        usage = Usage(n("input_tokens"), n("cache_read_input_tokens"), n("cache_creation_input_tokens"),
+                      n("output_tokens"))
+    else:
+        details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+        cached = n("cached_tokens", details) if isinstance(details, dict) else 0
+        prompt = n("prompt_tokens") if "prompt_tokens" in u else n("input_tokens")
+        if cached > prompt:
+            doubts.append(f"cached_tokens {cached} above the prompt's {prompt}")
+        output = n("completion_tokens") if "completion_tokens" in u else n("output_tokens")
+        usage = Usage(max(0, prompt - cached), min(cached, prompt), 0, output)
+    return replace(usage, doubt="; ".join(doubts)) if doubts else usage
+
+
+def event_data(events: bytes) -> Iterator[bytes]:
+    """The data of each whole server-sent event in `events`: its `data:` lines' values joined
+    with newlines, as the SSE standard has it (one event's JSON may span several lines)."""
+    for event in re.split(rb"\r?\n\r?\n", events):
+        lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
+        values = [line[6:] if line.startswith(b"data: ") else line[5:] for line in lines if line.startswith(b"data:")]
+        if values:
+            yield b"\n".join(values)
 
 
 class StreamUsage:
@@ -132,11 +183,9 @@ class StreamUsage:
     def feed(self, events: bytes) -> None:
         if b'"usage"' not in events:
             return
-        for line in events.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
+        for data in event_data(events):
             try:
-                found = usage_of(self.api, json.loads(line[5:]))
+                found = usage_of(self.api, json.loads(data))
             except (ValueError, RecursionError):
                 continue
             if found is not None:
