@@ -334,10 +334,11 @@ def cmd_bill(args: argparse.Namespace) -> int:
         total = report(bills)
         label = provider or "each session's provider"
         print(json.dumps({"provider": label, **total}) if args.json else
-              f"{label}: {total['sessions']} sessions, {total['requests']} requests: optictx costs "
-              f"{total['ratio']}x pass-through (cost in base-input tokens {total['passthrough_cost']} -> "
-              f"{total['optictx_cost']}); sessions above 1.0x: {total['sessions_above_1']}; worst "
-              f"{total['worst']}")
+              f"{label}: {total['sessions']} sessions, {total['requests']} requests: " + (
+                  "no request to price" if total["ratio"] is None else
+                  f"optictx costs {total['ratio']}x pass-through (cost in base-input tokens "
+                  f"{total['passthrough_cost']} -> {total['optictx_cost']}); sessions above 1.0x: "
+                  f"{total['sessions_above_1']}; worst {total['worst']}"))
     return 0
 
 

@@ -123,3 +123,14 @@ def test_bill_with_risk_0_costs_no_more_than_as_it_came(tmp_path, capsys):
     for bad in ("-1", "nan", "some"):
         with pytest.raises(SystemExit):
             main(["bill", str(f), "--risk", bad])
+
+
+def test_bill_of_a_session_with_no_request_says_so(tmp_path, capsys):
+    import pytest
+
+    pytest.importorskip("starlette", reason="optictx bill replays through the proxy (the serve extra)")
+    f = tmp_path / "session.jsonl"
+    write_jsonl(f, [{"role": "system", "content": "You help."}, {"role": "user", "content": "Hello?"}])
+    assert main(["bill", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "0 requests: no request to price" in out and "None" not in out
