@@ -49,6 +49,7 @@ class Upstream:
     reply: str = "Hello from upstream, streamed in pieces."
     stream_body: bytes | None = None  # sent as the next streams' body, as it is (no events), 64 KiB a chunk
     whole_body: bytes | None = None  # sent as the next whole answers' body, as it is
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every whole answer
     calls: list[tuple[str, Any]] = field(default_factory=list)  # Responses API: the next answers are these
     #   function calls (name, arguments or a function of the request that gives them), each after an
     #   encrypted reasoning item, one per request
@@ -206,13 +207,17 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
             self.send_response(status)
             self.send_header("content-type", kind)
             self.send_header("content-length", str(len(body)))
-            for k, v in (headers or {}).items():
+            for k, v in {**state.headers, **(headers or {})}.items():
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            if self.path in ("/v1/models",):
+            with state.lock:
+                fail, state.fail = state.fail, None
+            if fail is not None:
+                self._send(fail[0], b'{"error": {"message": "moved"}}', fail[1])
+            elif self.path in ("/v1/models",):
                 self._send(200, json.dumps({"object": "list", "data": [{"id": "up-model", "object": "model",
                                                                         "created": 1, "owned_by": "test"}]}).encode())
             else:

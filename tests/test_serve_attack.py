@@ -296,6 +296,40 @@ def test_an_upstreams_optictx_headers_never_pass_for_the_proxys(proxy, upstream)
     assert "x-optictx-conversation" not in r.headers and "x-optictx-tokens" not in r.headers
 
 
+def test_headers_pass_as_a_reverse_proxy_passes_them(proxy, upstream):
+    """Hop-by-hop headers, and those a message names in its Connection header, are dropped both
+    ways; the upstream's cookies never reach a client; the client gets one Date and one Server."""
+    upstream.headers = {"set-cookie": "session=upstream-secret", "connection": "x-upstream-hop",
+                        "x-upstream-hop": "private", "date": "Mon, 01 Jan 2001 00:00:00 GMT",
+                        "server": "upstream/1.0", "x-upstream-note": "kept"}
+    r = _chat(proxy.url, headers={"connection": "keep-alive, x-client-hop", "x-client-hop": "private",
+                                  "x-custom": "kept"})
+    assert r.status_code == 200
+    arrived = upstream.last("/v1/chat/completions").headers
+    assert "x-client-hop" not in arrived and arrived.get("x-custom") == "kept"
+    assert "set-cookie" not in r.headers and "x-upstream-hop" not in r.headers
+    assert r.headers["x-upstream-note"] == "kept"  # the upstream's own headers pass
+    assert len(r.headers.get_list("date")) == 1 and len(r.headers.get_list("server")) == 1
+    assert "2001" not in r.headers["date"] and r.headers["server"] != "upstream/1.0"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models"])
+def test_an_upstream_redirect_is_an_error_never_relayed(proxy, upstream, path):
+    upstream.fail = (307, {"location": "http://evil.example/v1/chat/completions"})
+    r = _chat(proxy.url) if path != "/v1/models" else httpx.get(proxy.url + path, timeout=30)
+    assert r.status_code == 502 and _is_api_error(r) and "redirect" in r.json()["error"]["message"]
+    assert "location" not in r.headers
+
+
+def test_ten_thousand_headers_are_a_431_not_a_forward(proxy, upstream):
+    many = [(f"x-h{i}", "v") for i in range(10_000)]
+    before = len(upstream.arrivals)
+    r = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "gpt-4o", "messages": HELLO},
+                   headers=many, timeout=30)
+    assert r.status_code == 431 and _is_api_error(r)
+    assert len(upstream.arrivals) == before, "nothing went upstream"
+
+
 # -- 7. bounded work ----------------------------------------------------------------------------------
 
 def test_an_upstream_answer_over_the_cap_is_a_502(upstream):

@@ -25,7 +25,7 @@ from .config import ServeConfig
 from .conversations import tenant_of
 from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
-from .guards import LOCKED, InFlight, allowed, body, framed, json_typed, local_only, read
+from .guards import LOCKED, InFlight, allowed, body, framed, headers_bounded, json_typed, local_only, read
 from .mcp import McpServer
 from .meter import Usage, usage_record
 from .openai_api import OPENAI
@@ -99,6 +99,7 @@ class Server:
     def admit(self, request: Request, *, api: bool = False) -> None:
         """Who may ask, from where, and how the request is framed (ApiError otherwise)."""
         framed(request)
+        headers_bounded(request)
         if not allowed(request, self.config):
             raise ApiError(LOCKED, status=401, kind="authentication_error")
         local_only(request, self.config)

@@ -63,6 +63,19 @@ def framed(request: Request) -> None:
                        "Content-Lengths); send one", close=True)
 
 
+# A client's headers, bounded as a front server bounds them: real clients send a few dozen and a
+# few kilobytes; ten thousand of them would be forwarded and refused upstream after a wait.
+MAX_HEADERS, MAX_HEADER_BYTES = 100, 32 * 1024
+
+
+def headers_bounded(request: Request) -> None:
+    raw = request.headers.raw
+    size = sum(len(k) + len(v) + 4 for k, v in raw)
+    if len(raw) > MAX_HEADERS or size > MAX_HEADER_BYTES:
+        raise ApiError(f"the request has {len(raw)} headers in {size} bytes: this proxy takes at most "
+                       f"{MAX_HEADERS} in {MAX_HEADER_BYTES}", status=431, kind="invalid_request_error")
+
+
 def json_typed(request: Request) -> None:
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json":

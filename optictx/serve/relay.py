@@ -24,18 +24,31 @@ _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-autho
                   "transfer-encoding", "upgrade", "host", "content-length", "content-encoding", "accept-encoding"})
 
 
+# Never relayed from the upstream: its cookies are for a browser talking to it, not to the proxy's
+# clients; the proxy's own server says Date and Server once.
+_NOT_IN = frozenset({"set-cookie", "set-cookie2", "date", "server"})
+
+
+def _hop(headers: Mapping[str, str]) -> frozenset[str]:
+    """Hop-by-hop headers: the fixed ones and those the message names in its Connection header."""
+    named = {n.strip().lower() for k, v in headers.items() if k.lower() == "connection" for n in v.split(",")}
+    return _HOP | named
+
+
 def outgoing(headers: Mapping[str, str]) -> dict[str, str]:
     """The client's headers for upstream: its credentials and API versions pass through; the
     proxy's own (X-Optictx-*) and hop-by-hop ones do not."""
-    out = {k: v for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-optictx-")}
+    hop = _hop(headers)
+    out = {k: v for k, v in headers.items() if k.lower() not in hop and not k.lower().startswith("x-optictx-")}
     out["accept-encoding"] = "identity"  # relayed as it arrives, never re-encoded
     return out
 
 
 def incoming(headers: httpx.Headers) -> dict[str, str]:
-    """The upstream's headers for the client, less hop-by-hop ones and any that would pass for
-    the proxy's own (X-Optictx-*: only the proxy says those)."""
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-optictx-")}
+    """The upstream's headers for the client, less hop-by-hop ones, its cookies, Date and Server
+    (the proxy's own say those), and any that would pass for the proxy's own (X-Optictx-*)."""
+    hop = _hop(headers) | _NOT_IN
+    return {k: v for k, v in headers.items() if k.lower() not in hop and not k.lower().startswith("x-optictx-")}
 
 
 def shown(url: str) -> str:
@@ -111,7 +124,14 @@ class Upstream:
             r = await self.client.get(self.base + path, headers=outgoing(headers))
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
+        if r.is_redirect:
+            raise self._redirected(r.status_code)
         return Response(r.content, r.status_code, incoming(r.headers))
+
+    def _redirected(self, status: int) -> ApiError:
+        # The API has no redirects: relayed, a client would follow one with its key to anywhere.
+        return ApiError(f"upstream {self.shown} answered {status} (a redirect); this proxy does not follow or "
+                        "relay redirects: check --upstream", status=502, kind="api_error")
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], stream: bool, dialect: Dialect,
                    extra: Mapping[str, str], done: Done | None = None) -> Response:
@@ -125,6 +145,11 @@ class Upstream:
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
         answer = {**incoming(r.headers), **extra}
+        if r.is_redirect:
+            await r.aclose()
+            if done is not None:
+                await done(None, 502, "")
+            raise self._redirected(r.status_code)
         if not stream or r.status_code >= 400:
             try:
                 content = await self._whole(r)
