@@ -120,28 +120,33 @@ def test_the_marking_is_stored_with_the_turn_so_a_reopen_draws_the_same_pages(tm
 
 
 def test_through_the_proxy_every_message_of_the_persons_reaches_the_upstream_as_text(upstream, sample):
+    """On by default for a client that gives its model tools (its tool output comes as tool
+    results); off with --no-words, and for a client with no tools, which may send anything as a
+    user message (SWE-agent sends its commands' output so)."""
     pytest.importorskip("anthropic")
     import anthropic
 
     from optictx.serve import ServeConfig
-
     from serve_peers import Proxy, to_anthropic_messages
 
     system, messages = to_anthropic_messages(sample[:120])
+    names = sorted({c["function"]["name"] for m in sample[:120] for c in m.get("tool_calls") or []})
+    tools = [{"name": n, "description": f"the agent's {n}", "input_schema": {"type": "object"}} for n in names]
     said = [m["content"] for m in sample[:120] if m["role"] == "user"]
-    for words in (True, False):
+    for words, given in ((True, tools), (False, tools), (True, None)):
         proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=6000, keep_recent=4,
                                   words=words))
         try:
             client = anthropic.Anthropic(base_url=proxy.url, api_key="key-a", max_retries=0)
-            client.messages.create(model="claude-sonnet-4-5", max_tokens=100, system=system, messages=messages)
+            client.messages.create(model="claude-sonnet-4-5", max_tokens=100, system=system, messages=messages,
+                                   **({"tools": given} if given else {}))
         finally:
             proxy.stop()
         body = upstream.last("/v1/messages").body
         blocks = [b for m in body["messages"] for b in m["content"]]
         texts = [b["text"] for b in blocks if b["type"] == "text"]
         assert any(b["type"] == "image" for b in blocks), "old turns went as pages"
-        if words:  # each as the client sent it, in its order
+        if words and given:  # each as the client sent it, in its order
             at = -1
             for s in said:
                 at = texts.index(s, at + 1)

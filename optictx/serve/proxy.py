@@ -117,7 +117,13 @@ def pin_task(parsed: Parsed) -> Parsed:
 
 def keep_words(parsed: Parsed) -> Parsed:
     """The person's words, and the instruction files a client forwards, marked to stay text in
-    place (`words.keep`)."""
+    place (`words.keep`), in a request that gives its model tools: such a client sends tool
+    output as tool results, so what is left in its user messages is the person's. A client with
+    no tools may send anything as a user message (SWE-agent sends every command's output so:
+    kept as text, those would never page, BENCHMARKS.md), and its user turns page as any turn."""
+    tools = parsed.body.get("tools")
+    if not (isinstance(tools, list) and tools):
+        return parsed
     turns = tuple(keep(t) for t in parsed.turns)
     return parsed if all(a is b for a, b in zip(turns, parsed.turns)) else replace(parsed, turns=turns)
 
