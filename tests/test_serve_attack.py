@@ -122,6 +122,54 @@ def test_a_stuck_conversation_never_stalls_another_tenant(upstream):
         p.stop()
 
 
+def test_no_lock_shared_by_all_conversations_is_held_across_a_reopen_or_a_ledger_query(upstream, tmp_path):
+    """A reopen replays a conversation's turns and the ledger may be a database away: under the
+    proxy-wide lock either would stall every tenant. Two requests for one closed conversation
+    reopen it once."""
+    p = _serve(upstream, store=str(tmp_path / "store"), max_open=1)
+    try:
+        convs = p.proxy.conversations
+        held: list[str] = []
+        reopened: list[str] = []
+        reopen, longest = convs._reopen, convs.ledger.longest
+
+        def watched_reopen(spec):
+            held.append("reopen") if convs._lock.locked() else None
+            reopened.append(str(spec))
+            time.sleep(0.3)  # a long replay: the other request arrives meanwhile
+            return reopen(spec)
+
+        def watched_longest(digests):
+            held.append("ledger") if convs._lock.locked() else None
+            return longest(digests)
+
+        convs._reopen, convs.ledger.longest = watched_reopen, watched_longest
+        a = {"authorization": "Bearer tenant-a"}
+        assert _chat(p.url, headers=a).status_code == 200
+        assert _chat(p.url, headers={"authorization": "Bearer tenant-b"}).status_code == 200  # closes a's
+        more = [*HELLO, {"role": "assistant", "content": "On it."}, {"role": "user", "content": "And the docs."}]
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda _: _chat(p.url, more, a), range(2)))
+        assert [r.status_code for r in answers] == [200, 200]
+        assert held == [] and len(reopened) == 1
+    finally:
+        p.stop()
+
+
+def test_a_bug_under_the_ledger_is_not_called_the_store_being_down(tmp_path):
+    from optictx.errors import StoreError
+    from optictx.serve.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "serve")
+    try:
+        with pytest.raises(KeyError):  # a query the code got wrong: a bug, logged as one (a 500)
+            ledger._run("SELECT {nothing}")
+        with pytest.raises(StoreError):  # what the database refuses: the store's trouble (a 503)
+            ledger._run("SELECT * FROM no_such_table")
+    finally:
+        ledger.close()
+
+
 # -- 3. secrets and internals stay out of errors ----------------------------------------------------
 
 def test_an_upstream_url_with_credentials_is_never_shown(upstream):

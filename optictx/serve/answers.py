@@ -39,7 +39,7 @@ def incident(what: str, kind: str = "error") -> str:
     return code
 
 
-def _store_trouble(exc: BaseException) -> bool:
+def store_trouble(exc: BaseException) -> bool:
     """A store or database that cannot be used now (down, locked, damaged), as opposed to a bug."""
     return isinstance(exc, (StoreError, sqlite3.Error, OSError)) or type(exc).__module__.startswith(
         ("psycopg", "psycopg_pool"))
@@ -50,7 +50,7 @@ def refused(exc: Exception) -> ApiError:
     database address or a secret (those go to the log, under the incident's id)."""
     if isinstance(exc, OptictxError) and isinstance(exc, ValueError):  # its own request: said as it is
         return ApiError(f"optictx: {exc}", status=400)
-    if _store_trouble(exc):
+    if store_trouble(exc):
         code = incident("the conversation store could not be used", "store unavailable")
         return ApiError(f"optictx: the conversation store is unavailable or damaged (incident {code}, in the "
                         "proxy's log); retry later", status=503, kind="overloaded_error", retry_after=5)

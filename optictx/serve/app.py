@@ -117,8 +117,9 @@ class Server:
             self.inflight.give(len(raw))
 
     async def prepare(self, request: Request, dialect: Dialect, raw: bytes, keep: bool) -> tuple[Parsed, Fitted]:
-        """The request parsed and fitted (ApiError, or an error `answers.refused` words)."""
-        parsed = read(dialect, raw)
+        """The request parsed and fitted (ApiError, or an error `answers.refused` words); both off
+        the event loop: parsing a large body there would hold up every stream in flight."""
+        parsed = await run_in_threadpool(read, dialect, raw)
         return parsed, await self.tenants.run(tenant_of(request.headers), self.proxy.fit, dialect, parsed,
                                               request.headers, keep=keep)
 

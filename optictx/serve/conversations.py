@@ -77,6 +77,11 @@ def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:
     return out
 
 
+def _busy(conversation: str, waited: float) -> ApiError:
+    return ApiError(f"conversation {conversation} is busy with another request (waited {waited:g} s); retry "
+                    "shortly", status=429, kind="rate_limit_error", retry_after=1)
+
+
 @dataclass(eq=False)
 class Conversation:
     id: str
@@ -105,47 +110,81 @@ class Conversations:
         self._make, self._reopen, self.shelf, self.ledger, self._max = make, reopen, shelf, ledger, max_open
         self.lock_wait = lock_wait
         self._open: OrderedDict[str, Conversation] = OrderedDict()
-        self._lock = threading.Lock()
+        self._opening: dict[str, threading.Event] = {}  # conversations being reopened: set when done
+        self._lock = threading.Lock()  # guards `_open` and `_opening` only, never held across I/O
 
     def _get(self, conversation: str) -> Conversation | None:
-        """An open conversation, reopened from the store if it has one (caller holds self._lock)."""
-        conv = self._open.get(conversation)
-        if conv is None:
+        """An open conversation, reopened from the store if it has one. The proxy-wide lock is
+        held only to look it up and put it in: the ledger query and the reopen (which may replay
+        thousands of turns) happen outside it, so they stall no other conversation; a request
+        for the same one meanwhile waits for that reopen (`_opening`) instead of doing it twice."""
+        while True:
+            with self._lock:
+                conv = self._open.get(conversation)
+                if conv is not None:
+                    self._open.move_to_end(conversation)
+                    return conv
+                gate = self._opening.get(conversation)
+                mine = gate is None
+                if mine:
+                    gate = self._opening[conversation] = threading.Event()
+            if mine:
+                break
+            if not gate.wait(self.lock_wait):  # type: ignore[union-attr]
+                raise _busy(conversation, self.lock_wait)
+        try:
             tenant = self.ledger.owner(conversation)
             if tenant is None or not self.shelf.exists(conversation, tenant):
                 self.ledger.forget(conversation)
                 return None
             spec = self.shelf.spec(conversation, tenant)
             assert spec is not None
-            conv = self._open[conversation] = Conversation(conversation, tenant, self._reopen(spec))
-        self._open.move_to_end(conversation)
-        self._close_idle()
-        return conv
+            conv = Conversation(conversation, tenant, self._reopen(spec))
+            with self._lock:
+                self._open[conversation] = conv
+                idle = self._idle()
+            self._close(idle)
+            return conv
+        finally:
+            with self._lock:
+                self._opening.pop(conversation, None)
+            gate.set()  # type: ignore[union-attr]
 
     def _new(self, tenant: str, name: str | None, vision: str, budget: int) -> Conversation:
         """A new conversation, locked, open but not in the ledger until its first turns are in
-        (`_grow`); its pages drawn for `vision` and `budget`, its first request's. The caller holds
-        self._lock."""
+        (`_grow`); its pages drawn for `vision` and `budget`, its first request's. Its memory is
+        made outside the proxy-wide lock (a store file or a database connection)."""
         conversation = secrets.token_hex(8)
         memory = self._make(self.shelf.spec(conversation, tenant), vision, budget, handles.key_for(conversation))
         conv = Conversation(conversation, tenant, memory, name=name)
         conv.lock.acquire()
-        self._open[conversation] = conv
-        self._close_idle()
+        with self._lock:
+            self._open[conversation] = conv
+            idle = self._idle()
+        self._close(idle)
         return conv
 
-    def _close_idle(self) -> None:
+    def _idle(self) -> list[Conversation]:
+        """The least recently used conversations past `max_open`, taken out and locked, to close
+        once the proxy-wide lock is released (`_close`); one in use stays open. The caller holds
+        self._lock."""
+        out = []
         for key in list(self._open)[: max(0, len(self._open) - self._max)]:
             conv = self._open[key]
-            if conv.lock.acquire(blocking=False):  # one in use stays open
-                try:
-                    conv.memory.close()
-                    conv.closed = True
-                    del self._open[key]
-                    if not self.shelf.persistent:
-                        self.ledger.forget(key)  # nothing left to reopen
-                finally:
-                    conv.lock.release()
+            if conv.lock.acquire(blocking=False):
+                conv.closed = True  # a request that found it before retries (`holding`)
+                del self._open[key]
+                out.append(conv)
+        return out
+
+    def _close(self, convs: list[Conversation]) -> None:
+        for conv in convs:
+            try:
+                conv.memory.close()
+                if not self.shelf.persistent:
+                    self.ledger.forget(conv.id)  # nothing left to reopen
+            finally:
+                conv.lock.release()
 
     def holding(self, tenant: str, name: str | None, turns: Sequence[Turn], vision: str = "deepseek-ocr",
                 budget: int = 128_000) -> Conversation:
@@ -154,9 +193,8 @@ class Conversations:
         whose pages are drawn for `vision` and `budget` (`VisionProfile.render`)."""
         digests = chain(tenant, name, turns)
         while True:
-            with self._lock:
-                hit = self.ledger.longest(digests)
-                conv = self._get(hit[0]) if hit else None
+            hit = self.ledger.longest(digests)
+            conv = self._get(hit[0]) if hit else None
             if conv is not None and hit is not None:
                 self._acquire(conv)
                 if conv.closed:  # closed while we waited for it
@@ -166,17 +204,15 @@ class Conversations:
                     return conv
                 conv.lock.release()  # it went on another way (a branch): a fork holds this history
                 log.info("conversation %s forks at turn %d", conv.id, hit[1])
-            with self._lock:
-                conv = self._new(tenant, name, vision, budget)
+            conv = self._new(tenant, name, vision, budget)
             self._grow(conv, name, turns, digests, 0)
             return conv
 
     def exactly(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation | None:
         """The conversation holding `turns` and nothing more, locked, or None (nothing is added)."""
         digests = chain(tenant, name, turns)
-        with self._lock:
-            hit = self.ledger.longest(digests[-1:])
-            conv = self._get(hit[0]) if hit else None
+        hit = self.ledger.longest(digests[-1:])
+        conv = self._get(hit[0]) if hit else None
         if conv is None or hit is None:
             return None
         self._acquire(conv)
@@ -189,8 +225,7 @@ class Conversations:
         """The conversation's lock, waited for at most `lock_wait` seconds (a 429 then: the
         worker thread is never held longer by another request of it)."""
         if not conv.lock.acquire(timeout=self.lock_wait):
-            raise ApiError(f"conversation {conv.id} is busy with another request (waited {self.lock_wait:g} s); "
-                           "retry shortly", status=429, kind="rate_limit_error", retry_after=1)
+            raise _busy(conv.id, self.lock_wait)
 
     def _grow(self, conv: Conversation, name: str | None, turns: Sequence[Turn], digests: list[bytes],
               held: int) -> bool:
@@ -247,8 +282,7 @@ class Conversations:
         row = self.ledger.latest(tenant, conversation)
         if row is None:
             return None
-        with self._lock:
-            conv = self._get(conversation)
+        conv = self._get(conversation)
         if conv is None or conv.tenant != tenant:
             return None
         self._acquire(conv)

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import StoreError
 from ..store import is_postgres, private_file
 from ..store.sql import PostgresTables, SQLiteTables
+from .answers import store_trouble
 
 # One schema for both databases, in the spelling of store/sql.py: {p} prefixes the tables, {real},
 # {blob}, {serial} are each database's types, statements use `?`.
@@ -119,8 +120,10 @@ class Ledger:
     def _run(self, sql: str, args: Sequence[Any] = (), *, idempotent: bool = True) -> list[tuple[Any, ...]]:
         try:
             return self._db.run(sql, args, idempotent)
-        except Exception as exc:  # sqlite3.Error, psycopg.Error: the records are unreadable or gone
-            raise StoreError(f"{self.path}: {str(exc).strip()[:300]}") from exc
+        except Exception as exc:
+            if not store_trouble(exc):  # a bug: the caller's 500 logs it with its traceback and counts it
+                raise
+            raise StoreError(f"{self.path}: {str(exc).strip()[:300]}") from exc  # unreadable or gone: a 503
 
     def longest(self, digests: list[bytes]) -> tuple[str, int] | None:
         """(conversation, turns) of the longest prefix of the chain that leads somewhere."""

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from .answer import StreamText, text_of
@@ -158,7 +159,8 @@ class Upstream:
                     await done(None, 502, "")
                 raise
             if done is not None:
-                usage, text = _read(dialect.provider, content) if r.status_code < 400 else (None, "")
+                usage, text = (await run_in_threadpool(_read, dialect.provider, content) if r.status_code < 400
+                               else (None, ""))  # off the event loop: an answer may be large
                 answer.update(await done(usage, r.status_code, text) or {})
             return Response(content, r.status_code, answer)
         return StreamingResponse(self._relay(r, dialect, done), r.status_code, answer)
