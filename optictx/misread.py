@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .facts import find_facts
+from .lru import LRU
 from .packer import Page
 
 _QUOTED = re.compile(r"`([^`\n]{1,400})`")
@@ -56,6 +57,20 @@ def flat(page: Page) -> str:
     return "\n".join(["\n".join(lines), "".join(bare), " ".join(bare)])
 
 
+_PAGES: LRU[str, tuple[str, tuple[str, ...]]] = LRU(max_items=512)  # page digest -> its flat text, strings
+
+
+def _read_off(page: Page) -> tuple[str, tuple[str, ...]]:
+    """A page's flat text and the strings a check compares with, once per page (a sealed page's
+    text never changes; each answer's check would otherwise read every page again)."""
+    hit = _PAGES.get(page.digest)
+    if hit is None:
+        body = flat(page)
+        found = (*find_facts(body), *_MIXED.findall(body), *_WORD.findall(body))
+        hit = _PAGES[page.digest] = (body, tuple(c for c in dict.fromkeys(found) if len(c) >= MIN_CHARS))
+    return hit
+
+
 def distance(a: str, b: str, most: int) -> int:
     """Levenshtein distance of `a` and `b`, or `most + 1` once it is certainly above `most`."""
     if abs(len(a) - len(b)) > most:
@@ -75,12 +90,12 @@ def distance(a: str, b: str, most: int) -> int:
 def check(answer: str, pages: Iterable[tuple[Page, str | None]], text: str) -> list[Misread]:
     """The probable misreadings in `answer` of the `pages` (each with its handle) a context sent
     as images, beside its `text` (everything it sent as text)."""
-    shown = [(flat(p), handle) for p, handle in pages]
-    known = "\n".join([text, *(s for s, _ in shown)])
+    shown = [(_read_off(p), handle) for p, handle in pages]
+    known = "\n".join([text, *(body for (body, _), _ in shown)])
     candidates: dict[str, str | None] = {}
-    for body, handle in shown:
-        for c in (*find_facts(body), *_MIXED.findall(body), *_WORD.findall(body)):
-            if len(c) >= MIN_CHARS and c not in text:  # held only on a page
+    for (_, found), handle in shown:
+        for c in found:
+            if c not in text:  # held only on a page
                 candidates.setdefault(c, handle)
     out = []
     for s in strings(answer):

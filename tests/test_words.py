@@ -127,6 +127,7 @@ def test_through_the_proxy_every_message_of_the_persons_reaches_the_upstream_as_
     import anthropic
 
     from optictx.serve import ServeConfig
+
     from serve_peers import Proxy, to_anthropic_messages
 
     system, messages = to_anthropic_messages(sample[:120])
