@@ -31,10 +31,15 @@ def test_kv_budget_with_rswa_window_and_full_attention():
     assert Budget(tokens=5000, max_new_tokens=1000).limit == 4000
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"tokens": 5, "kv_bytes": 5}, {"kv_bytes": 10**6},
-                                    {"tokens": 10, "max_new_tokens": 10}])
-def test_invalid_budgets_say_how_to_fix(kwargs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({}, r"give exactly one of Budget\(tokens=N\) or Budget\(kv_bytes=B, kv=KVGeometry"),
+    ({"tokens": 5, "kv_bytes": 5}, r"give exactly one of Budget\(tokens=N\)"),
+    ({"kv_bytes": 10**6}, r"needs kv=KVGeometry\(\.\.\.\), e\.g\. KVGeometry\.preset\('deepseek-ocr'\)"),
+    ({"tokens": 10, "max_new_tokens": 10}, r"leaves 0 positions for the context; raise it"),
+    ({"tokens": 0}, r"tokens\s+Input should be greater than or equal to 1"),
+])
+def test_invalid_budgets_say_how_to_fix(kwargs, says):
+    with pytest.raises(ValueError, match=says):
         Budget(**kwargs)
 
 

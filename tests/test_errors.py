@@ -50,9 +50,18 @@ def test_every_raise_in_the_library_is_an_optictx_error():
     assert not bad, "\n".join(bad)
 
 
-def test_render_and_font_errors_are_optictx_errors_and_keep_their_builtin_bases():
-    assert issubclass(RenderError, OptictxError) and issubclass(RenderError, ValueError)
-    assert issubclass(FontError, OptictxError) and issubclass(FontError, RuntimeError)
+def test_a_failed_render_or_a_missing_font_is_caught_as_optictx_error_and_as_its_builtin(tmp_path):
+    """Code written before optictx had its own errors (`except ValueError`, `except RuntimeError`)
+    still catches them, raised for real: lines that overflow a page, a fallback font not there."""
+    from optictx.renderers import Block, Layout, RenderConfig, draw_page
+
+    layout = Layout(RenderConfig())
+    with pytest.raises(ValueError) as overflow:
+        draw_page(layout.lines(Block("line\n" * 500)), layout)
+    with pytest.raises(RuntimeError) as missing:
+        Layout(RenderConfig(fallback_fonts=(str(tmp_path / "no-such-font.ttf"),)))
+    assert isinstance(overflow.value, RenderError) and isinstance(overflow.value, OptictxError)
+    assert isinstance(missing.value, FontError) and isinstance(missing.value, OptictxError)
 
 
 _BLOCK = """

@@ -37,13 +37,21 @@ def test_sealed_pages_never_change():
 
 
 def test_preview_does_not_seal_or_mutate():
-    p = _packer(300)
+    """A preview seals nothing and changes nothing: the packer packs the same pages after it as
+    one that never previewed."""
+    p, q = _packer(300), _packer(300)
     for t in _turns(3):
         p.add(t)
-    n = len(p.sealed)
+        q.add(t)
+    view = p.view()
     extra = p.preview(_turns(10)[3:])
-    assert len(p.sealed) == n and not any(pg.sealed for pg in extra)
-    assert p.preview() == [] or p.preview()[0].entries == p.preview()[0].entries
+    assert len(extra) > 1 and not any(pg.sealed for pg in extra)
+    assert p.view() is view and [pg.digest for pg in p.preview()] == [pg.digest for pg in q.preview()]
+    for t in _turns(10)[3:]:
+        p.add(t)
+        q.add(t)
+    assert [pg.digest for pg in p.sealed] == [pg.digest for pg in q.sealed]
+    assert [pg.digest for pg in p.preview()] == [pg.digest for pg in q.preview()]
 
 
 def test_long_turn_spans_pages_and_short_turns_share_one():

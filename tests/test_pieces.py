@@ -59,14 +59,22 @@ def test_the_prompt_only_grows_at_its_end_while_no_page_seals(sample):
     assert calls > 100 and whole == calls, (whole, calls)
 
 
-def test_a_seal_or_a_fade_breaks_the_prefix_at_the_first_changed_piece(sample):
+def test_a_fade_changes_the_faded_pages_piece_and_no_page_before_it(sample):
+    """A page sent blurrier changes its piece's key (its tier is in it) and no page piece before
+    it, and the prompt's cacheable prefix ends no later than that page."""
     mem = _grown(sample, 120, tokens=3000)
     a = mem.context()
     b = mem.context(budget=Budget(tokens=2000))  # fewer, blurrier pages
-    n = common_prefix(a.pieces, b.pieces)
-    assert n < min(len(a.pieces), len(b.pieces))
-    assert a.pieces[n].key != b.pieces[n].key
-    assert all(x.key == y.key for x, y in zip(a.pieces[:n], b.pieces[:n]))
+    tiers_a = {s.page.index: s.tier for s in a.pages}
+    faded = min(s.page.index for s in b.pages if tiers_a.get(s.page.index) not in (None, s.tier))
+
+    def pages(ctx):
+        return {p.page.page.index: (i, p.key) for i, p in enumerate(ctx.pieces) if p.kind == "page"}
+
+    pa, pb = pages(a), pages(b)
+    assert all(pa[i][1] == pb[i][1] for i in pb if i < faded)
+    assert pa[faded][1] != pb[faded][1]
+    assert common_prefix(a.pieces, b.pieces) <= pb[faded][0]
 
 
 def test_exporters_send_the_pieces_between_the_turns(sample):

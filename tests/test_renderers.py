@@ -15,11 +15,29 @@ def _render(blocks):
     return lines, *draw_page(lines[:40], LAYOUT)
 
 
-def test_rendering_is_deterministic():
+_PAGE_IN_A_FRESH_PROCESS = """
+import hashlib
+from optictx.renderers import Block, Layout, RenderConfig, draw_page
+layout = Layout(RenderConfig())
+blocks = [Block("#1 USER", "header"), Block("Hello, world. " * 30), Block("def f():\\n\\treturn 1", "code")]
+lines = [ln for b in blocks for ln in layout.lines(b)]
+print(hashlib.sha256(draw_page(lines[:40], layout)[0].tobytes()).hexdigest())
+"""
+
+
+def test_rendering_is_deterministic_across_processes():
+    """The same page, pixel for pixel, from two fresh interpreters with different hash seeds
+    (set and dict orders, font caches) and from this one. Not against a committed hash: Pillow is
+    not pinned, and another FreeType build may anti-alias differently."""
+    import os
+    import subprocess
+    import sys
+
+    runs = {subprocess.run([sys.executable, "-c", _PAGE_IN_A_FRESH_PROCESS], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
     blocks = [Block("#1 USER", "header"), Block("Hello, world. " * 30), Block("def f():\n\treturn 1", "code")]
-    a = _render(blocks)[1].tobytes()
-    b = _render(blocks)[1].tobytes()
-    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    here = hashlib.sha256(_render(blocks)[1].tobytes()).hexdigest()
+    assert runs == {here}
 
 
 def test_master_is_square_and_boxes_follow_lines():
@@ -87,10 +105,24 @@ def test_any_unicode_lays_out_and_draws(text, style):
         ln.text.encode("utf-8")  # what is drawn is always valid text
 
 
-def test_rtl_and_cjk_render_without_error():
-    for text in ("שלום עולם", "مرحبا بالعالم", "漢字かな交じり文", "emoji 🙂👍🏽"):
+def test_rtl_and_cjk_are_drawn_by_faces_that_have_them():
+    """Every letter of Hebrew, Arabic and Japanese text has a face in the chain (Japanese only
+    where a CJK face is installed; else each is U+FFFD, as docs/limits.md says), and each script
+    draws ink of its own: no two of them the same pixels."""
+    drawn = []
+    cjk = "漢字かな交じり文"
+    if LAYOUT.fonts.body.face_index(cjk[0]) < 0:  # no CJK face on this machine (docs/limits.md): U+FFFD
+        assert [ln.text for ln in LAYOUT.lines(Block(cjk))] == [REPLACEMENT * len(cjk)]
+        cjk = "Ελληνικά"  # Greek stands in as the third script
+    for text in ("שלום עולם", "مرحبا بالعالم", cjk):
+        assert all(LAYOUT.fonts.body.face_index(ch) >= 0 for ch in text if not ch.isspace()), text
         lines = LAYOUT.lines(Block(text))
-        draw_page(lines, LAYOUT)
+        img, boxes = draw_page(lines, LAYOUT)
+        x0, y0, x1, y1 = boxes[0].box
+        ink = img.crop((x0, y0, x1, y1)).point(lambda v: 255 if v < 128 else 0).getbbox()
+        assert ink is not None and ink[2] - ink[0] > 40, text  # the line has dark pixels, a word's width
+        drawn.append(img.tobytes())
+    assert len(set(drawn)) == 3
 
 
 @settings(max_examples=50, deadline=None)

@@ -8,11 +8,18 @@ from optictx import Budget, Memory, Tier
 from optictx.tiers import IMAGE_TIERS, gundam_views, tier_image
 
 
-def test_tier_order_and_sides():
-    assert [t.rank for t in Tier] == [6, 5, 4, 3, 2, 1, 0]
-    assert {t: t.side for t in IMAGE_TIERS} == {Tier.GUNDAM: 1280, Tier.LARGE: 1280, Tier.BASE: 1024,
-                                                Tier.SMALL: 640, Tier.TINY: 512}
-    assert Tier.TEXT.side is None and not Tier.GONE.is_image
+def test_each_tier_costs_what_deepseek_ocr_says_its_mode_costs():
+    """The oracle is the paper's table (DeepSeek-OCR, Table 1): Tiny 512 px 64 vision tokens,
+    Small 640 px 100, Base 1024 px 256, Large 1280 px 400; a page drawn at each tier is that
+    size, and sharper tiers cost more."""
+    from optictx.cost import COST_MODELS
+
+    cost = COST_MODELS["deepseek-ocr"]
+    paper = {Tier.TINY: (512, 64), Tier.SMALL: (640, 100), Tier.BASE: (1024, 256), Tier.LARGE: (1280, 400)}
+    for tier, (side, tokens) in paper.items():
+        assert tier.side == side and cost.paper_tokens(tier, cost.tier_size(tier, 1280)) == tokens
+    costs = [cost.paper_tokens(t, cost.tier_size(t, 1280)) for t in IMAGE_TIERS]
+    assert costs == sorted(costs, reverse=True) and Tier.TEXT.side is None and not Tier.GONE.is_image
 
 
 def test_tier_images_are_derived_from_the_master_and_cached():

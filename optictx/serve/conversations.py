@@ -77,9 +77,12 @@ def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:
     return out
 
 
-def _busy(conversation: str, waited: float) -> ApiError:
-    return ApiError(f"conversation {conversation} is busy with another request (waited {waited:g} s); retry "
-                    "shortly", status=429, kind="rate_limit_error", retry_after=1)
+class BusyError(ApiError):
+    """A conversation another request holds past the wait: a 429, retried shortly."""
+
+    def __init__(self, conversation: str, waited: float) -> None:
+        super().__init__(f"conversation {conversation} is busy with another request (waited {waited:g} s); retry "
+                         "shortly", status=429, kind="rate_limit_error", retry_after=1)
 
 
 @dataclass(eq=False)
@@ -131,7 +134,7 @@ class Conversations:
             if mine:
                 break
             if not gate.wait(self.lock_wait):  # type: ignore[union-attr]
-                raise _busy(conversation, self.lock_wait)
+                raise BusyError(conversation, self.lock_wait)
         try:
             tenant = self.ledger.owner(conversation)
             if tenant is None or not self.shelf.exists(conversation, tenant):
@@ -225,7 +228,7 @@ class Conversations:
         """The conversation's lock, waited for at most `lock_wait` seconds (a 429 then: the
         worker thread is never held longer by another request of it)."""
         if not conv.lock.acquire(timeout=self.lock_wait):
-            raise _busy(conv.id, self.lock_wait)
+            raise BusyError(conv.id, self.lock_wait)
 
     def _grow(self, conv: Conversation, name: str | None, turns: Sequence[Turn], digests: list[bytes],
               held: int) -> bool:
