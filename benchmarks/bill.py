@@ -109,7 +109,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int)
     ap.add_argument("--gap-seconds", type=gaps_arg, default=(60.0,),
                     help="seconds between requests; a list (60,60,900) in turn")
-    ap.add_argument("--risk", type=risk_arg, help="the proxy's --risk (Policy.risk; default: no bound)")
+    ap.add_argument("--risk", type=risk_arg, default=0.1,
+                    help="the proxy's --risk (Policy.risk; default 0.1, as the proxy's; none: no bound)")
     ap.add_argument("--no-words", dest="words", action="store_false",
                     help="the person's words on pages like any turn (default: they stay text, as the proxy keeps them)")
     ap.add_argument("--jobs", type=int, default=2)

@@ -293,8 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     bill.add_argument("--budget", type=int, help="X-Optictx-Budget on every request (default: the proxy's)")
     bill.add_argument("--gap-seconds", type=gaps_arg, default=(60.0,),
                       help="seconds between requests (default 60); a list (60,60,60,900) is taken in turn")
-    bill.add_argument("--risk", type=risk_arg, help="the proxy's --risk: how far above sending each session as it "
-                      "came a compaction may take its bill so far (0: never above; default: no bound)")
+    bill.add_argument("--risk", type=risk_arg, default=0.1, help="the proxy's --risk: how far above sending each "
+                      "session as it came a compaction may take its bill so far (0: never above; none: no bound; "
+                      "default 0.1)")
     bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
     bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
     bill.set_defaults(func=cmd_bill)

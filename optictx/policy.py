@@ -43,7 +43,8 @@ class Policy:
       a `CachePricing`; None: the provider the cost model names, a local model's otherwise).
     - `risk`: how far above the conversation sent as it came a paid compaction may take the
       memory's bill so far, as a share of what that would have cost so far (`prefix.Tally`).
-      None (the default): no bound, the expected saving alone decides. 0: never above it at any
+      0.1 (the default): no conversation's modeled bill above 1.1x of sending it as it came, at
+      any call. None: no bound, the expected saving alone decides. 0: never above it at any
       call, under the consumer's cache rules as modeled: a compaction on a warm cache always
       costs more than appending that call, so the first one then waits for a saving that covers
       it (a cold cache's compaction, which costs less, or one the hard budget forces), and an
@@ -70,7 +71,7 @@ class Policy:
     first_horizon: float = 0.5
     margin: float = 1.5
     pricing: str | CachePricing | None = None
-    risk: float | None = None
+    risk: float | None = 0.1
     tools: tuple[str, ...] = ()
     words: bool = False
 

@@ -20,7 +20,9 @@ from .turns import short
 
 _PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
           "cache": bool, "headroom": float, "horizon": float, "first_horizon": float, "margin": float}
-_OPTIONAL = {"risk": float}  # stored only when set (None: not stored, as before the setting was)
+# Stored as a number, or null for None (no bound); a store from before the setting has none and
+# reopens at the default.
+_OPTIONAL = {"risk": float}
 _MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
 T = TypeVar("T")  # the memory class `reopened` builds
 
@@ -50,7 +52,9 @@ def to_meta(mem: Any) -> dict[str, Any]:
     meta = {key: kind(getattr(mem, key)) for key, kind in _PLAIN.items() if key != "vision"}
     meta["key"] = mem.key
     meta["vision"] = mem.vision.name
-    meta.update({key: kind(getattr(mem, key)) for key, kind in _OPTIONAL.items() if getattr(mem, key) is not None})
+    for key, kind in _OPTIONAL.items():
+        value = getattr(mem, key)
+        meta[key] = None if value is None else kind(value)
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})
     return meta
 
@@ -75,6 +79,9 @@ def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
     for key, kind in (*_PLAIN.items(), *_OPTIONAL.items()):
         if key in meta:
             value = meta[key]
+            if value is None and key in _OPTIONAL:
+                out[key] = None
+                continue
             if type(value) is not kind:  # bool is an int: exact types only
                 raise StoreError(f"{path}: damaged settings: {key} is {short(value)}, not a {kind.__name__}")
             out[key] = value

@@ -88,13 +88,15 @@ def test_the_tenancy_setting_and_its_flag():
 
 
 def test_the_risk_setting_reaches_each_conversations_memory():
-    """`--risk` (`Policy.risk`): unset by default; set, every new conversation's memory plans with it."""
+    """`--risk` (`Policy.risk`): 0.1 by default, `none` for no bound; set, every new
+    conversation's memory plans with it."""
     from optictx.serve.proxy import Proxy as InProcess
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     loopback = ["--upstream", "http://127.0.0.1:9/v1"]
-    assert config_from(parser.parse_args(loopback)).risk is None
+    assert config_from(parser.parse_args(loopback)).risk == 0.1
+    assert config_from(parser.parse_args([*loopback, "--risk", "none"])).risk is None
     config = config_from(parser.parse_args([*loopback, "--risk", "0.05"]))
     assert config.risk == 0.05
     proxy = InProcess(config)

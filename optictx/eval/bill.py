@@ -121,7 +121,9 @@ def gaps_arg(text: str) -> tuple[float, ...]:
 
 
 def risk_arg(text: str) -> float:
-    """`--risk`: a share `Policy.risk` takes (its own check, as a usage error)."""
+    """`--risk`: a share `Policy.risk` takes (its own check, as a usage error), or `none`."""
+    if text.strip().lower() == "none":
+        return None  # type: ignore[return-value]
     try:
         return Policy(risk=float(text)).risk  # type: ignore[return-value]
     except (ValueError, ConfigError):
@@ -130,7 +132,7 @@ def risk_arg(text: str) -> float:
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
-           risk: float | None = None, words: bool = True) -> SessionBill:
+           risk: float | None = 0.1, words: bool = True) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
     apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings."""
     gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)

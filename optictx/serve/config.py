@@ -41,8 +41,8 @@ class ServeConfig(BaseModel):
     budget: int = Field(128_000, ge=1, description="hard cap on context tokens per request; below it, the prompt "
                         "is only compacted where that pays under the provider's cache prices")
     keep_recent: int = Field(4, ge=0, description="turns kept as text")
-    risk: float | None = Field(None, ge=0, le=1000, description="how far above sending the conversation as it came "
-                               "a compaction may take its bill so far, as a share of that (0: never above; default: "
+    risk: float | None = Field(0.1, ge=0, le=1000, description="how far above sending the conversation as it "
+                               "came a compaction may take its bill so far, as a share of that (0: never above; none: "
                                "no bound, the expected saving decides)")
     pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
     words: bool = Field(True, description="keep the person's words and the instruction files a client forwards "

@@ -15,8 +15,15 @@ from .config import ServeConfig
 _SECRET = "proxy_key"
 
 
-def _kind(annotation: Any) -> type:
+def _kind(annotation: Any) -> Any:
+    if set(get_args(annotation)) == {float, type(None)}:
+        return _float_or_none
     return next((t for t in (bool, int, float) if annotation is t), str)
+
+
+def _float_or_none(text: str) -> float | None:
+    """A number, or `none` for a setting that takes None (`--risk none`: no bound)."""
+    return None if text.strip().lower() == "none" else float(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
