@@ -369,6 +369,12 @@ def test_an_upstream_redirect_is_an_error_never_relayed(proxy, upstream, path):
     assert "location" not in r.headers
 
 
+def test_the_dashboard_cannot_be_framed_by_another_page(proxy):
+    r = httpx.get(proxy.url + "/optictx/", timeout=10)
+    assert r.status_code == 200 and r.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+
+
 def test_ten_thousand_headers_are_a_431_not_a_forward(proxy, upstream):
     many = [(f"x-h{i}", "v") for i in range(10_000)]
     before = len(upstream.arrivals)

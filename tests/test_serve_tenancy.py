@@ -108,6 +108,14 @@ def test_the_risk_setting_reaches_each_conversations_memory():
         config_from(parser.parse_args([*loopback, "--risk", "-1"]))
 
 
+def test_a_title_cannot_be_spoofed_with_bidirectional_controls():
+    from optictx.serve.conversations import title_of
+    from optictx.turns import to_turn
+
+    spoof = to_turn({"role": "user", "content": "Invoice for \u202egnp.exe\u202c and \u2067more\u2069 \u200f!"})
+    assert title_of([spoof]) == "Invoice for gnp.exe and more !"
+
+
 def test_a_title_skips_an_agents_wrappers_and_reads_only_a_bounded_head():
     from optictx.serve.conversations import title_of
     from optictx.turns import to_turn

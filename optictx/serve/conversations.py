@@ -60,10 +60,16 @@ def tenant_of(headers: Mapping[str, str], *, personal: bool = False) -> str:
     return hashlib.sha256(b"optictx tenant\0" + secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+# Bidirectional controls (U+202A-U+202E, U+2066-U+2069, and the marks): in a title they reorder
+# what the dashboard shows, so a title could pass for another.
+_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
+
+
 def title_of(turns: Sequence[Turn]) -> str:
-    """A conversation's title: the start of the person's first words (`words.said`)."""
+    """A conversation's title: the start of the person's first words (`words.said`), without
+    bidirectional controls."""
     first = first_said(turns)
-    return "" if first is None else said(turns[first])[:120]
+    return "" if first is None else said(turns[first]).translate(_BIDI)[:120]
 
 
 def chain(tenant: str, name: str | None, turns: Sequence[Turn]) -> list[bytes]:

@@ -41,9 +41,12 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         return guarded
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(html, headers={"cache-control": "no-store",
+        # Never framed by another page (clickjacking): frame-ancestors, and X-Frame-Options for
+        # browsers that predate it.
+        return HTMLResponse(html, headers={"cache-control": "no-store", "x-frame-options": "DENY",
                                            "content-security-policy": "default-src 'self'; img-src 'self' blob:; "
-                                           "style-src 'unsafe-inline'; script-src 'unsafe-inline'"})
+                                           "style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+                                           "frame-ancestors 'none'"})
 
     async def conversations(request: Request) -> Response:
         rows = await run_in_threadpool(proxy.ledger.conversations, proxy.tenant(request.headers))
