@@ -10,7 +10,7 @@ call from any of the three in the shape it came in. The proxy's MCP server serve
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -81,6 +81,10 @@ def answer(target: Answers, name: str, arguments: Mapping[str, Any]) -> tuple[st
     return result.text, False
 
 
+def _given(**arguments: Any) -> dict[str, Any]:
+    return {k: v for k, v in arguments.items() if v is not None}
+
+
 def _arguments(raw: Any) -> Mapping[str, Any] | str:
     if isinstance(raw, Mapping):
         return raw
@@ -132,6 +136,22 @@ class Tools:
             return {"role": "tool", "tool_call_id": c.get("id"), "content": text}
         raise OptictxError("a tool call: an OpenAI tool_calls entry, a Responses function_call item or an "
                            "Anthropic tool_use block")
+
+    def functions(self) -> list[Callable[..., str]]:
+        """`search` and `recall` as plain Python functions with typed parameters and the specs'
+        descriptions, for frameworks that make tools of functions (the LangChain and LlamaIndex
+        adapters): each returns the text a model reads, a mistake said in it ("error: ...")."""
+        target = self.target
+
+        def search(query: str, within: str | None = None, limit: int | None = None) -> str:
+            return answer(target, "search", _given(query=query, within=within, limit=limit))[0]
+
+        def recall(page: str, turns: str | None = None, grep: str | None = None, offset: int | None = None) -> str:
+            return answer(target, "recall", _given(page=page, turns=turns, grep=grep, offset=offset))[0]
+
+        for fn, spec in zip((search, recall), SPECS):
+            fn.__doc__ = spec.description
+        return [search, recall]
 
     def _answer(self, name: Any, arguments: Mapping[str, Any] | str) -> tuple[str, bool]:
         if isinstance(arguments, str):

@@ -90,3 +90,44 @@ def test_the_adapter_examples_run(example, extra):
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "page images" in done.stdout and "budget 4000" in done.stdout
+
+
+def _page_and_its_turns(mem: Memory) -> tuple[str, list]:
+    """An image page's handle, and the stored turns it holds (the oracle: the store's transcript)."""
+    page = next(s.page for s in mem.context().pages if s.tier.is_image and s.page.sealed)
+    ids = set(page.turn_ids)
+    return page.handle, [t for t in mem.transcript() if t.id in ids]
+
+
+@needs("langchain_core", "langchain")
+def test_langchain_tools_give_back_the_exact_turns_behind_a_page(sample):
+    from langchain_core.tools import BaseTool
+
+    from optictx.adapters.langchain import optictx_tools
+
+    mem = _filled(sample)
+    search, recall = optictx_tools(mem)
+    assert isinstance(search, BaseTool) and (search.name, recall.name) == ("search", "recall")
+    assert set(recall.args) == {"page", "turns", "grep", "offset"} and "page image" in recall.description
+    handle, turns = _page_and_its_turns(mem)
+    text = recall.invoke({"page": handle})
+    assert all(t.text in text for t in turns if t.text)  # word for word, as stored
+    needle = next(t.text.split()[0] for t in turns if t.role == "tool" and t.text.strip())
+    assert handle in search.invoke({"query": needle, "within": handle})
+    assert recall.invoke({"page": "not-a-handle"}).startswith("error:")  # said to the model, not raised
+
+
+@needs("llama_index.core", "llamaindex")
+def test_llama_index_tools_give_back_the_exact_turns_behind_a_page(sample):
+    from llama_index.core.tools import FunctionTool
+
+    from optictx.adapters.llama_index import optictx_tools
+
+    mem = _filled(sample)
+    search, recall = optictx_tools(mem)
+    assert isinstance(recall, FunctionTool) and recall.metadata.name == "recall"
+    assert '"page"' in recall.metadata.fn_schema_str and "page image" in recall.metadata.description
+    handle, turns = _page_and_its_turns(mem)
+    text = recall.call(page=handle).content
+    assert all(t.text in text for t in turns if t.text)
+    assert handle in search.call(query=turns[0].text.split()[0], within=handle).content

@@ -1,6 +1,7 @@
 """LangChain: a chat message history backed by an optictx Memory. `add_messages` stores turns;
 `messages` is the fitted context, old turns as image blocks (OpenAI-style image_url parts,
-which LangChain's chat models take)."""
+which LangChain's chat models take). `optictx_tools(memory)`: its `search` and `recall` as
+LangChain tools, for `model.bind_tools(...)`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ need("langchain_core", "langchain")
 
 from langchain_core.chat_history import BaseChatMessageHistory  # noqa: E402
 from langchain_core.messages import BaseMessage, convert_to_messages, convert_to_openai_messages  # noqa: E402
+from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 
 from ..memory import Memory  # noqa: E402
 
@@ -44,3 +46,10 @@ class OptictxChatMessageHistory(BaseChatMessageHistory):
         """Start an empty memory with the same settings (a memory never forgets its own
         transcript: a stored one keeps its file; open it with `Memory.open` to read it)."""
         self.memory = Memory(**self._settings)
+
+
+def optictx_tools(memory: Memory) -> list[BaseTool]:
+    """`search` and `recall` over `memory` as LangChain tools: the exact turns behind a page, one
+    call away (`Memory.tools`)."""
+    return [StructuredTool.from_function(fn, name=fn.__name__, description=fn.__doc__ or "")
+            for fn in memory.tools().functions()]

@@ -1,5 +1,6 @@
 """LlamaIndex: a chat memory backed by an optictx Memory. `put` stores turns; `get` is the
-fitted context as `ChatMessage`s, old turns as `ImageBlock`s of the page images."""
+fitted context as `ChatMessage`s, old turns as `ImageBlock`s of the page images.
+`optictx_tools(memory)`: its `search` and `recall` as LlamaIndex `FunctionTool`s, for an agent."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ need("llama_index.core", "llamaindex")
 
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock  # noqa: E402
 from llama_index.core.memory.types import BaseMemory  # noqa: E402
+from llama_index.core.tools import FunctionTool  # noqa: E402
 from pydantic import ConfigDict, Field  # noqa: E402
 
 from ..memory import Memory  # noqa: E402
@@ -99,3 +101,10 @@ class OptictxMemory(BaseMemory):
 
     def reset(self) -> None:
         self.memory = Memory(**self.settings)
+
+
+def optictx_tools(memory: Memory) -> list[FunctionTool]:
+    """`search` and `recall` over `memory` as LlamaIndex tools: the exact turns behind a page,
+    one call away (`Memory.tools`)."""
+    return [FunctionTool.from_defaults(fn=fn, name=fn.__name__, description=fn.__doc__ or "")
+            for fn in memory.tools().functions()]
