@@ -5,6 +5,7 @@ uvicorn, on 127.0.0.1, both in threads with bounded request loops."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -110,10 +111,46 @@ def _anthropic_events(model: str, text: str) -> list[bytes]:
             event("message_stop", {})]
 
 
+def _prompt_tokens(raw: bytes) -> int:
+    """A request's prompt in tokens as Anthropic counts them: about 4 bytes of text a token, and
+    an image by its pixels (width x height / 750), its base64 not counted as text."""
+    images = 0
+
+    def strip(value: Any) -> Any:
+        nonlocal images
+        if isinstance(value, dict):
+            source = value.get("source")
+            if value.get("type") == "image" and isinstance(source, dict) and isinstance(source.get("data"), str):
+                head = base64.b64decode(source["data"][:64] + "=" * (-len(source["data"][:64]) % 4))
+                w, h = _image_dims(head)
+                images += w * h // 750
+                return {}
+            return {k: strip(v) for k, v in value.items()}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    try:
+        body = strip(json.loads(raw))
+    except ValueError:
+        return len(raw) // 4
+    return len(json.dumps(body)) // 4 + images
+
+
+def _image_dims(head: bytes) -> tuple[int, int]:
+    """PNG's or WebP's width and height from an image's first bytes (a stand-in for the API's)."""
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if head[:4] == b"RIFF" and head[12:16] == b"VP8L":
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if head[:4] == b"RIFF" and head[12:16] == b"VP8X":
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    return 1000, 1000
+
+
 def _anthropic_usage(raw: bytes) -> dict[str, int]:
-    """Usage as Anthropic reports it, sized by the request (about 4 bytes a token): the prompt
-    read from the cache but for its newest part, which is written to it."""
-    total = max(10, len(raw) // 4)
+    """Usage as Anthropic reports it, sized by the request (`_prompt_tokens`): the prompt read
+    from the cache but for its newest part, which is written to it."""
+    total = max(10, _prompt_tokens(raw))
     return {"input_tokens": 3, "cache_creation_input_tokens": min(total - 3, 400),
             "cache_read_input_tokens": max(0, total - 403), "output_tokens": 1}
 

@@ -272,3 +272,46 @@ def test_claude_code_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_p
         proxy.stop()
         tap.stop()
         stop_upstream(server)
+
+
+SUMMARY = "create a detailed summary of the conversation"  # Claude Code's own compaction prompt
+
+
+def test_claude_code_runs_past_its_own_compaction_through_the_proxy(tmp_path):
+    """Claude Code summarises a conversation away when the usage the API reports nears its
+    window (here made 60,000 tokens with CLAUDE_CODE_AUTO_COMPACT_WINDOW, so the session can be
+    short). The upstream reports usage as Anthropic counts it (text by size, images by pixels).
+    Sent as it came, the session is summarised midway; through the proxy, the usage is what
+    optictx sent, and the session runs to its end with every tool result kept, in pages."""
+    binary = claude()
+    if binary is None:
+        pytest.skip("Claude Code CLI not installed (make claude)")
+    calls = [("Bash", {"command": f"seq {k} {k + 4000}", "description": f"count from {k}"}) for k in range(12)]
+    seen = {}
+    for way in ("as it came", "through the proxy"):
+        work = tmp_path / way.replace(" ", "-")
+        work.mkdir()
+        upstream, server = start_upstream()
+        upstream.tool_uses = list(calls)
+        proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=40_000)) if (
+            way == "through the proxy") else None
+        tap = Tap(proxy.url if proxy else upstream.anthropic_url)
+        try:
+            os.environ["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = "60000"
+            run = run_claude(binary, tap.url, work, tmp_path / f"home-{len(seen)}")
+            assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+            sent = [a.body for a in tap.sent if a.body.get("messages")]
+            seen[way] = (sum(SUMMARY in json.dumps(b) for b in sent), sent[-1], upstream.tool_uses)
+        finally:
+            os.environ.pop("CLAUDE_CODE_AUTO_COMPACT_WINDOW", None)
+            tap.stop()
+            if proxy is not None:
+                proxy.stop()
+            stop_upstream(server)
+    summaries, _, _ = seen["as it came"]
+    assert summaries >= 1, "sent as it came, the session reached Claude Code's own compaction"
+    summaries, last, left = seen["through the proxy"]
+    assert summaries == 0 and not left, "through the proxy it never did, and every call was made"
+    results = [b for m in last["messages"] if isinstance(m["content"], list) for b in m["content"]
+               if b.get("type") == "tool_result"]
+    assert len(results) == len(calls), "the client still holds every tool result: nothing summarised away"
