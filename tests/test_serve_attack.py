@@ -507,3 +507,32 @@ def test_postgresql_down_is_a_503_and_never_blocks_the_loop(upstream):
     finally:
         p.stop()
         cluster.stop()
+
+
+def test_a_compressed_answer_is_bounded_while_it_inflates(upstream):
+    """An upstream that gzips anyway (the proxy asks for identity): a 64 MiB answer of 64 KiB
+    compressed is refused at the size bound with memory never near its inflated size; a small
+    gzipped answer is relayed decoded, as the client asked for it."""
+    import gzip
+    import tracemalloc
+
+    p = _serve(upstream, max_answer_bytes=2**20)
+    try:
+        answer = {"id": "x", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+        upstream.headers = {"content-encoding": "gzip"}
+        upstream.whole_body = gzip.compress(json.dumps(answer).encode())
+        r = _chat(p.url)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
+        upstream.whole_body = gzip.compress(b" " * 64 * 2**20, compresslevel=9)
+        tracemalloc.start()
+        try:
+            r = _chat(p.url)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert r.status_code == 502 and _is_api_error(r) and "over" in r.json()["error"]["message"]
+        assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB held while refusing a bomb"
+    finally:
+        upstream.headers = {}
+        p.stop()

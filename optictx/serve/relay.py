@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -78,6 +79,8 @@ def _read(api: str, content: bytes) -> tuple[Usage | None, str]:
     return usage_of(api, body), text_of(api, body)
 
 
+_PIECE = 2**16  # bytes inflated at a time from a compressed answer
+
 # A stream is relayed in whole events; a stream that has no event boundary this far is not
 # made of events, and goes on as it arrives.
 _MAX_EVENT = 2**20
@@ -103,11 +106,39 @@ class Upstream:
                             kind="timeout_error")
         return ApiError(f"upstream {self.shown} unreachable ({type(exc).__name__})", status=502, kind="api_error")
 
+    async def _decoded(self, r: httpx.Response) -> AsyncIterator[bytes]:
+        """The answer's bytes as it arrives, decoded should the upstream compress it anyway (the
+        proxy asks for identity): at most `_PIECE` bytes inflated at a time, so a small
+        compressed answer that inflates to gigabytes is stopped by the caller's bound before it
+        is in memory, never after. An encoding it cannot decode is a 502."""
+        coding = r.headers.get("content-encoding", "").strip().lower()
+        if coding in ("", "identity"):
+            async for chunk in r.aiter_raw():
+                yield chunk
+            return
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            raise ApiError(f"upstream {self.shown} answered in the {coding[:40]!r} encoding, which this proxy does "
+                           "not decode (it asks for identity)", status=502, kind="api_error")
+        inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, told by the header
+        async for chunk in r.aiter_raw():
+            data = chunk
+            while data:
+                try:
+                    out = inflate.decompress(data, _PIECE)
+                except zlib.error as exc:
+                    raise ApiError(f"upstream {self.shown} sent a damaged {coding} answer", status=502,
+                                   kind="api_error") from exc
+                data = inflate.unconsumed_tail
+                if out:
+                    yield out
+        if rest := inflate.flush():
+            yield rest
+
     async def _whole(self, r: httpx.Response) -> bytes:
         """A whole answer, at most `max_answer` bytes (ApiError beyond, the rest unread)."""
         chunks, size = [], 0
         try:
-            async for chunk in r.aiter_bytes():
+            async for chunk in self._decoded(r):
                 size += len(chunk)
                 if size > self.max_answer:
                     raise ApiError(f"upstream {self.shown} answered over {self.max_answer} bytes; this proxy relays "
@@ -122,12 +153,14 @@ class Upstream:
 
     async def get(self, path: str, headers: Mapping[str, str]) -> Response:
         try:
-            r = await self.client.get(self.base + path, headers=outgoing(headers))
+            r = await self.client.send(self.client.build_request("GET", self.base + path, headers=outgoing(headers)),
+                                       stream=True)
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
         if r.is_redirect:
+            await r.aclose()
             raise self._redirected(r.status_code)
-        return Response(r.content, r.status_code, incoming(r.headers))
+        return Response(await self._whole(r), r.status_code, incoming(r.headers))
 
     def _redirected(self, status: int) -> ApiError:
         # The API has no redirects: relayed, a client would follow one with its key to anywhere.
@@ -142,7 +175,7 @@ class Upstream:
         send = {**outgoing(headers), "content-type": "application/json"}
         request = self.client.build_request("POST", self.base + path, content=body, headers=send)
         try:
-            r = await self.client.send(request, stream=stream)
+            r = await self.client.send(request, stream=True)  # read by `_whole` or relayed: never at once
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
         answer = {**incoming(r.headers), **extra}
@@ -171,7 +204,7 @@ class Upstream:
         tail = bytearray()  # what arrived after the last whole event; searched once per byte
         usage, said = StreamUsage(dialect.provider), StreamText(dialect.provider)
         try:
-            async for chunk in r.aiter_bytes():  # decoded, should upstream encode anyway
+            async for chunk in self._decoded(r):  # decoded, should upstream encode anyway
                 start = max(0, len(tail) - 3)  # a boundary may straddle the chunks
                 tail += chunk
                 end = _boundary(tail, start) or (len(tail) if len(tail) > _MAX_EVENT else 0)
@@ -188,6 +221,8 @@ class Upstream:
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke: %s", self.shown, exc)
             yield dialect.stream_error(f"the upstream stream broke off ({type(exc).__name__}); try again")
+        except ApiError as exc:  # an answer it cannot decode: said as the stream's last event
+            yield dialect.stream_error(str(exc))
         finally:
             # A client that leaves cancels this stream: the bookkeeping is shielded from that.
             with anyio.CancelScope(shield=True):
