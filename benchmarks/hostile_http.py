@@ -2,8 +2,10 @@
 loopback upstream), on a SQLite store folder and on PostgreSQL, counted per class of attack or
 fault. What must be 0: bare 500s (or any 5xx not in the API's JSON shape), leaks (another
 tenant's data, a secret, a path or a database address in an answer), stalls of another tenant
-beyond the bounded wait, and acknowledged turns lost. Reflex weight files damaged at random are
-counted too (a raw exception or a NaN read instead of a ReflexError).
+beyond the bounded wait, acknowledged turns lost, records lost or absurd sums from a poisoned
+usage, and an upstream's cookies, hop-by-hop headers or redirects reaching a client. Reflex
+weight files damaged at random are counted too (a raw exception or a NaN read instead of a
+ReflexError).
 
     python benchmarks/hostile_http.py [--cases 200] [--seed 0] [--stores sqlite postgres]
 """
@@ -204,6 +206,65 @@ def bounds(upstream: Any, t: Tally, store: str | None) -> dict[str, float]:
     return out
 
 
+_COUNTS = [1e308, 10**308, 10**400, -1, -(10**9), True, 10**12, 10**9, 1.5, "12", None, [3], 2**63]
+
+
+def money(upstream: Any, proxy: Proxy, rng: random.Random, t: Tally, n: int) -> None:
+    """Answers whose usage is poisoned (huge, negative, a bool, a float, a string, cached above
+    the prompt, split over two SSE data lines): every answered request keeps its record, no
+    absurd count is summed, the dashboard keeps answering."""
+    c = t.counts["money"]
+    headers = {"authorization": "Bearer hostile-money"}
+    tenant = tenant_of(headers)
+    for k in range(n):
+        usage = {"prompt_tokens": rng.choice(_COUNTS), "completion_tokens": rng.choice(_COUNTS),
+                 "prompt_tokens_details": {"cached_tokens": rng.choice(_COUNTS)}}
+        answer = {"id": "c", "object": "chat.completion", "created": 1, "model": "gpt-4o", "usage": usage,
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+        raw = json.dumps(answer).replace("1e+308", "1e308")
+        if k % 4 == 3:  # streamed, the usage event's JSON over two data lines
+            head, tail = json.dumps({**answer, "choices": [], "object": "chat.completion.chunk"}).split(", ", 1)
+            upstream.stream_body = f"data: {head},\ndata: {tail}\n\ndata: [DONE]\n\n".encode()
+            r = _chat(proxy.url, [{"role": "user", "content": f"money {k}"}], headers, stream=True)
+            upstream.stream_body = None
+        else:
+            upstream.whole_body = raw.encode()
+            r = _chat(proxy.url, [{"role": "user", "content": f"money {k}"}], headers)
+            upstream.whole_body = None
+        t.answer("money", r, ok=(200,))
+    time.sleep(0.5)  # a stream's record is written as it ends
+    listed = httpx.get(proxy.url + "/optictx/api/conversations", headers=headers, timeout=30)
+    c["dashboard 5xx"] += listed.status_code >= 500
+    rows = proxy.proxy.ledger.conversations(tenant) if listed.status_code == 200 else []
+    c["records lost"] += n - sum(r["requests"] for r in rows)
+    c["absurd sums"] += sum(1 for r in rows for v in r.values() if isinstance(v, float) and not abs(v) < 1e15)
+
+
+def upstream_headers(upstream: Any, proxy: Proxy, t: Tally) -> None:
+    """What an upstream says that a client must not get: its cookies, the headers it names as
+    hop-by-hop, a redirect elsewhere; and ten thousand client headers, refused before upstream."""
+    c = t.counts["headers"]
+    upstream.headers = {"set-cookie": "s=upstream", "connection": "x-hop", "x-hop": "1", "server": "up"}
+    r = _chat(proxy.url)
+    t.answer("headers", r, ok=(200,))
+    c["relayed cookies or hop headers"] += "set-cookie" in r.headers or "x-hop" in r.headers
+    c["two Server headers"] += len(r.headers.get_list("server")) > 1
+    upstream.headers = {}
+    upstream.fail = (307, {"location": "http://elsewhere.example/"})
+    r = _chat(proxy.url)
+    t.answer("headers", r, ok=(502,))
+    c["redirects relayed"] += "location" in r.headers
+    before = len(upstream.arrivals)
+    for n in (150, 10_000):  # the proxy's bound, then the HTTP server's (it closes the connection)
+        try:
+            r = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "gpt-4o", "messages": HELLO},
+                           headers=[(f"x-h{i}", "v") for i in range(n)], timeout=30)
+            t.answer("headers", r, ok=(400, 431))
+        except httpx.TransportError:
+            c["closed by the server"] += 1
+    c["too many headers forwarded"] += len(upstream.arrivals) > before
+
+
 def turns_lost(proxy: Proxy, t: Tally) -> None:
     """Every answered request's turns are in its conversation's memory."""
     c = t.counts["acknowledged turns"]
@@ -274,6 +335,8 @@ def run(store_kind: str, cases: int, seed: int) -> dict[str, Any]:
             values(proxy.url, rng, t, cases)
             browser(proxy.url, rng, t, cases // 2)
             framing(proxy.port, t)
+            money(state, proxy, rng, t, cases // 4)
+            upstream_headers(state, proxy, t)
             turns_lost(proxy, t)
         finally:
             proxy.stop()
