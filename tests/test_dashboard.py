@@ -103,7 +103,9 @@ def test_one_persons_dashboard_needs_no_key_and_opens_pages_full_size(personal, 
     assert rows.count() == 1  # a rotating token kept one conversation
     row = rows.first.inner_text()
     assert row.startswith(TASK) and "gpt-4o" in row and "\t3\t" in row  # title, model, requests
-    assert row.count("$") >= 2 and "$" in page.inner_text("#totals") and "saved" in page.inner_text("#totals")
+    totals = page.inner_text("#totals")
+    assert row.count("$") >= 2 and "$" in totals and "saved, modeled" in totals
+    assert totals.index("billed by the provider $") < totals.index("modeled $")  # the provider's figure first
     rows.first.click()
     page.wait_for_selector("#requests tbody tr")
     assert page.locator("#requests tbody tr").count() == 3
