@@ -4,8 +4,16 @@ from optictx import Budget, BudgetError, KVGeometry, Memory
 from optictx.tokens import get_tokenizer
 
 
-def test_kv_preset_deepseek_ocr():
-    assert KVGeometry.preset("deepseek-ocr").bytes_per_position == 61_440
+def test_kv_presets_match_the_models_own_config():
+    """The oracle is transformers' own config of the decoder (12 layers, 10 KV heads of 128),
+    with the released weights' bf16: K and V, 2 bytes each, per layer and head dimension."""
+    pytest.importorskip("transformers", reason="the models extra: transformers' config is the oracle")
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrTextConfig
+
+    t = UnlimitedOcrTextConfig()
+    expected = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * 2
+    for name in ("deepseek-ocr", "unlimited-ocr"):
+        assert KVGeometry.preset(name).bytes_per_position == expected == 61_440
 
 
 def test_kv_from_transformers_like_configs():

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,27 @@ from optictx.sample import sample_conversation
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_committed_sample_matches_its_generator():
+def test_committed_sample_is_a_well_formed_agent_session_and_its_generators():
+    """The committed file is what the generator makes (not stale), and, checked on its own
+    terms, a session an API would take: every tool result answers a call made just before it,
+    every call is answered, one system prompt first, and the traffic of an agent (tool results,
+    code, ids) rather than prose alone."""
     committed = [json.loads(line) for line in (ROOT / "examples/sample_agent.jsonl").read_text().splitlines()]
     assert committed == sample_conversation()
-    assert len(committed) >= 300
-    assert sum(1 for m in committed if m["role"] == "tool") >= 100
+    assert committed[0]["role"] == "system" and all(m["role"] != "system" for m in committed[1:])
+    open_calls: set[str] = set()
+    for m in committed:
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_calls, m["tool_call_id"]
+            open_calls.discard(m["tool_call_id"])
+        else:
+            assert not open_calls, "a call left unanswered before the next message"
+            open_calls = {c["id"] for c in m.get("tool_calls") or []}
+            for c in m.get("tool_calls") or []:
+                assert isinstance(json.loads(c["function"]["arguments"]), dict)  # arguments an API takes
+    assert len(committed) >= 300 and sum(1 for m in committed if m["role"] == "tool") >= 100
+    text = "\n".join(str(m.get("content")) for m in committed)
+    assert "```" in text and "def " in text and re.search(r"\b[0-9a-f]{12}\b", text)
 
 
 def test_demo_writes_pages_plan_and_contact_sheet(tmp_path, capsys):
