@@ -196,6 +196,29 @@ def test_the_modeled_bill_counts_a_cold_cache_both_ways(sample):
     assert warm.passthrough < 0.5 * o2  # the first request's prefix read back at a tenth
     assert cold.passthrough == pytest.approx(1.25 * o3)  # 840 s later: written again, all of it
     assert cold.optictx == pytest.approx(1.25 * sum(tokens_per_piece(ctx)))
+    assert (first.why, warm.why, cold.why) == (None, None, "cold cache")
+
+
+def test_a_client_that_changes_its_tools_breaks_its_own_prefix_both_ways(proxy, upstream, sample):
+    """Tools go before the messages: a client that adds one rewrites everything after it, as it
+    came and through optictx alike (nothing read back on either side), and the request says why."""
+    tools = [{"name": f"tool_{i}", "description": "does a thing", "input_schema": {"type": "object"}}
+             for i in range(3)]
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="key-t", max_retries=0)
+    costs = []
+    for n, given in ((40, tools), (44, tools), (48, [*tools, {**tools[0], "name": "tool_new"}])):
+        system, messages = _anthropic_history(sample, n)
+        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50, system=system,
+                                                       messages=messages, tools=given)
+        ours, theirs = map(float, raw.headers["x-optictx-cost"].split(";")[0].split("/"))
+        costs.append((ours, theirs, int(raw.headers["x-optictx-tokens"].split("/")[1])))
+    tenant = tenant_of({"x-api-key": "key-t"})
+    [conv] = proxy.proxy.ledger.conversations(tenant)
+    assert [r["why"] for r in proxy.proxy.ledger.requests(tenant, conv["id"])] == [
+        None, None, "the client changed its tools or system prompt"]
+    (_, warm, second), (_, theirs, third) = costs[1], costs[2]
+    assert warm < 0.5 * second  # the second read the first back
+    assert theirs == pytest.approx(1.25 * third, abs=1)  # the third wrote it all again (the header rounds)
 
 
 def test_dollars_are_priced_at_the_requests_own_size():

@@ -45,9 +45,10 @@ CREATE TABLE IF NOT EXISTS {p}pages (
 # The budget the memory planned the request's context to (the request's less its tools), which with
 # its time and vision draws that context again after a restart (`Conversations.latest`).
 # The probable misreadings of its pages in the request's answer, as JSON (`answer.misread_json`).
+# What made a request cost more than an append, modeled: a cold cache, the client's own front changed.
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
                        "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER",
-                       "misread TEXT"),
+                       "misread TEXT", "why TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -79,6 +80,7 @@ class Sent:
     budget: int | None = None  # the context's budget (None: no context was planned)
     at: float | None = None  # when it was planned (None: when it is recorded)
     misread: str | None = None  # probable misreadings of its pages in the answer, JSON (None: none)
+    why: str | None = None  # `meter.Charge.why`
 
 
 _SANE = 10**15  # tokens or dollars of one request above this are no fact (and JSON has no inf)
@@ -181,11 +183,11 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  "usage, budget, misread) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  f"usage, budget, misread, why) VALUES ({', '.join('?' * 23)})",
                   (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
                    sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
                    sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
-                   sent.billed_usd, sent.usage, sent.budget, sent.misread),
+                   sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
@@ -205,7 +207,7 @@ class Ledger:
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
         keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status", "event",
-                *_MONEY, "usage", "misread")
+                "why", *_MONEY, "usage", "misread")
         rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
                          "ORDER BY id", (tenant, conversation))
         return [{**{k: _sane(v) for k, v in zip(keys, r)}, "verbatim": bool(r[7]), "tiers": json.loads(r[8]),

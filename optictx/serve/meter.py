@@ -25,6 +25,7 @@ class Charge:
     passthrough: float
     optictx_usd: float | None = None
     passthrough_usd: float | None = None
+    why: str | None = None  # what made it cost more than an append: a cold cache, the client's own front
 
     def header(self) -> str:
         usd = (f"; usd {self.optictx_usd:.6f}/{self.passthrough_usd:.6f}"
@@ -43,14 +44,21 @@ class Meter:
         self._last: Context | None = None
         self._original = 0
         self._at = 0.0
+        self._front: str | None = None
 
-    def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float) -> Charge:
+    def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float,
+               front: str = "") -> Charge:
         """`original`, `sent`: the request as it came and as sent, under the cost model, both
-        with what it carries beside its messages (its tools)."""
+        with what it carries beside its messages (its tools). `front`: a digest of what the
+        client sends before its messages (tools, a system prompt outside them): when it changed
+        since the last request, nothing after it is read back, on either side."""
         pricing = pricing_for(vision)
+        why = None
         if pricing.cold(self._at, at):  # nothing is read back
-            self._last, self._original = None, 0
-        self._at = at
+            self._last, self._original, why = None, 0, "cold cache"
+        elif self._front is not None and front != self._front:
+            self._last, self._original, why = None, 0, "the client changed its tools or system prompt"
+        self._at, self._front = at, front
         passthrough = pricing.call(original, min(self._original, original))
         if ctx is None or ctx.verbatim:  # it went as it came
             ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)
@@ -61,7 +69,8 @@ class Meter:
             common = extra + sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
             ours = pricing.call(extra + sum(per), common)
         self._last, self._original = ctx, original
-        return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original))
+        return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original),
+                      why)
 
 
 def _usd(cost: float, model: str, pricing: CachePricing, size: int) -> float | None:

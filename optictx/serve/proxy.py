@@ -3,6 +3,7 @@ is new, fit the context, write the body that goes upstream."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -113,6 +114,14 @@ def pin_task(parsed: Parsed) -> Parsed:
     turns = list(parsed.turns)
     turns[first] = turns[first].model_copy(update={"pinned": True})  # a user turn: pinning is valid
     return replace(parsed, turns=tuple(turns))
+
+
+def front_of(parsed: Parsed) -> str:
+    """A digest of what a request carries before its messages that a client may change between
+    requests of one conversation (its tools; Anthropic's system prompt): the provider's cache
+    prefix breaks there (`Meter.charge`)."""
+    front = {k: parsed.body.get(k) for k in ("tools", "system", "instructions")}
+    return hashlib.sha256(json.dumps(front, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def keep_words(parsed: Parsed) -> Parsed:
@@ -234,10 +243,11 @@ class Proxy:
             conv.last = fitted.context
             self._shown(conv, fitted.context)
             sent = fitted.sent
-            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at)
+            charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at,
+                                       front_of(parsed))
             return replace(fitted, charge=charge, sent=replace(
                 sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
-                passthrough_usd=charge.passthrough_usd))
+                passthrough_usd=charge.passthrough_usd, why=charge.why))
         finally:
             conv.lock.release()
             self.drawahead.after(conv)
