@@ -41,9 +41,12 @@ def test_a_plan_from_a_snapshot_fits_and_keeps_sealed_pages_whole(sample, policy
 
 
 def test_a_plan_is_the_same_for_the_same_snapshot(sample):
-    snap = _snapshot(sample)
-    a, b = (plan(snap, Budget(tokens=3000), COST_MODELS["anthropic"], Policy()) for _ in range(2))
+    """Two snapshots of the same turns plan alike (nothing random, nothing left over from one
+    call to the next), and the plan follows the budget (a smaller one is another plan)."""
+    a, b = (plan(_snapshot(sample), Budget(tokens=6000), COST_MODELS["anthropic"], Policy()) for _ in range(2))
     assert (a.cut, a.tiers, dict(a.factsheet)) == (b.cut, b.tiers, dict(b.factsheet))
+    small = plan(_snapshot(sample), Budget(tokens=3000), COST_MODELS["anthropic"], Policy())
+    assert (small.cut, small.tiers) != (a.cut, a.tiers) and small.tokens <= 3000 < a.tokens
 
 
 def test_pinned_text_over_the_budget_is_a_budget_error_with_the_shortfall(sample):
