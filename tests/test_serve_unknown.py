@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from conftest import needs
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
@@ -151,14 +151,17 @@ def _blocks(messages: list) -> list:
     return [b for m in messages if isinstance(m, dict) and isinstance(m.get("content"), list) for b in m["content"]]
 
 
+# A budget a page fits in beside the recent text: a Claude-sized page costs about 1,590 tokens, so
+# at 3,000 every page was dropped and nothing was imaged (hypothesis found it: the example below).
 @PROPS
-@given(api=st.sampled_from(sorted(APIS)), turns=st.integers(6, 14), odd=SURPRISES)
+@given(api=st.sampled_from(sorted(APIS)), turns=st.integers(16, 28), odd=SURPRISES)
+@example(api="anthropic", turns=24, odd=[(0, "block-field"), (1, "block-field"), (2, "block-field")])
 def test_what_the_proxy_does_not_know_reaches_the_upstream_as_it_came(served, api, turns, odd):
     proxy, upstream = served
     path, field, make = APIS[api]
     body, must = make(turns, odd)
     headers = {"x-api-key": "k"} if api == "anthropic" else {"authorization": "Bearer k"}
-    headers |= {"x-optictx-conversation": uuid.uuid4().hex, "x-optictx-budget": "3000"}
+    headers |= {"x-optictx-conversation": uuid.uuid4().hex, "x-optictx-budget": "6000"}
     raw = json.dumps(body).encode()
     with upstream.lock:
         upstream.arrivals.clear()
