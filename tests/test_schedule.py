@@ -164,6 +164,21 @@ def test_images_only_where_they_pay(mem):
             assert p.tokens == ctx.vision.page_tokens(p.tier)
 
 
+@pytest.mark.parametrize("vision", ["deepseek-ocr", "anthropic", "openai:gpt-4o"])
+def test_images_only_where_they_pay_on_the_sample(sample, vision):
+    """The property above on a conversation that certainly sends images (an example of the
+    strategy may send none, and its loop then checks nothing)."""
+    mem = Memory(budget=Budget(tokens=12_000), keep_recent=4, vision=vision, verbatim=False)
+    for m in sample[:240]:
+        mem.add(m)
+    ctx = mem.context()
+    images = [p for p in ctx.pages if p.tier.is_image]
+    assert images, [p.tier for p in ctx.pages]
+    for p in images:
+        assert p.tokens < mem.tokenizer.count(p.text), (p.tier, p.tokens)
+        assert p.tokens == ctx.vision.page_tokens(p.tier)
+
+
 @PROPS
 @given(memories)
 def test_no_turn_is_lost_every_turn_is_somewhere(mem):
