@@ -164,6 +164,26 @@ def test_images_only_where_they_pay(mem):
             assert p.tokens == ctx.vision.page_tokens(p.tier)
 
 
+def test_system_and_pinned_turns_stay_text_on_the_sample(sample):
+    """The property above where each case certainly occurs: the leading system prompt, a pinned
+    task, and a system reminder mid-conversation whose neighbours are on pages."""
+    mem = Memory(budget=Budget(tokens=6000), keep_recent=4, verbatim=False)
+    for i, m in enumerate(sample[:200]):
+        mem.add(m, pin=i == 1)
+        if i == 40:
+            mem.add({"role": "system", "content": "Reminder: keep the todo list current."})
+    ctx = mem.context()
+    texts = {s.turn.id for s in ctx.text_segments if s.turn is not None}
+    turns = mem.transcript()
+    system, pinned = turns[0], turns[1]
+    reminder = next(t for t in turns if t.role == "system" and t.id > 1)
+    assert pinned.pinned and {system.id, pinned.id, reminder.id} <= texts
+    drawn = {t.id: [e.line.text for s in ctx.pages for e in s.page.entries if e.turn_id == t.id and e.covers]
+             for t in (system, pinned, reminder)}
+    assert drawn[system.id] == drawn[pinned.id] == []
+    assert drawn[reminder.id] == [f"#{reminder.id} SYSTEM{IN_PLACE}"]  # on the page that holds its neighbours
+
+
 @pytest.mark.parametrize("vision", ["deepseek-ocr", "anthropic", "openai:gpt-4o"])
 def test_images_only_where_they_pay_on_the_sample(sample, vision):
     """The property above on a conversation that certainly sends images (an example of the
