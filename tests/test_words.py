@@ -15,13 +15,13 @@ from optictx.packer import IN_PLACE
 # What the real clients send, recorded from them (Claude Code 2.1.x with a CLAUDE.md in its
 # folder; Codex 0.17x with an AGENTS.md), shortened.
 CLAUDE_MD = ("<system-reminder>\nCodebase and user instructions are shown below. Be sure to adhere to these "
-             "instructions.\n\nContents of /tmp/work/CLAUDE.md (project instructions, checked into the codebase):"
-             "\n\nAlways answer in haiku. Use tabs.\n</system-reminder>")
+             "instructions.\n\nContents of /home/ada/ledger-svc/CLAUDE.md (project instructions, checked into the "
+             "codebase):\n\nAlways answer in haiku. Use tabs.\n</system-reminder>")
 REMINDER_ONLY = ("<system-reminder>\nThe task tools haven't been used recently. Consider using them.\n"
                  "</system-reminder>")
-AGENTS_MD = ("# AGENTS.md instructions for /tmp/work\n\n<INSTRUCTIONS>\nAgents: run pytest before committing.\n"
-             "</INSTRUCTIONS>")
-ENVIRONMENT = "<environment_context>\n  <cwd>/tmp/work</cwd>\n  <shell>bash</shell>\n</environment_context>"
+AGENTS_MD = ("# AGENTS.md instructions for /home/ada/ledger-svc\n\n<INSTRUCTIONS>\n"
+             "Agents: run pytest before committing.\n</INSTRUCTIONS>")
+ENVIRONMENT = "<environment_context>\n  <cwd>/home/ada/ledger-svc</cwd>\n  <shell>bash</shell>\n</environment_context>"
 
 
 def _drawn(ctx, turn_id: int) -> list[str]:
