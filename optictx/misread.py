@@ -11,7 +11,7 @@ it is. A string held as text in the context as well is left out: the model could
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .facts import find_facts
@@ -39,13 +39,17 @@ class Misread:
         return f"{self.said!r} is {self.likely!r}{where}?"
 
 
+def _exact(text: str, identifiers: str) -> list[str]:
+    """The exact strings of `text`: its facts (`facts.find_facts`), words of letters and digits
+    (a hash with a 0 read as O is no longer a hex fact) and the identifiers in `identifiers`,
+    each once, none shorter than `MIN_CHARS`."""
+    found = [*find_facts(text), *_MIXED.findall(text), *_WORD.findall(identifiers)]
+    return [s for s in dict.fromkeys(found) if len(s) >= MIN_CHARS]
+
+
 def strings(text: str) -> list[str]:
-    """The exact strings of `text` a check looks at: its facts (`facts.find_facts`), words of
-    letters and digits (a hash with a 0 read as O is no longer a hex fact), and the identifiers
-    in its quoted code, each once."""
-    words = [w for q in _QUOTED.findall(text) for w in _WORD.findall(q)]
-    found = [*find_facts(text), *_MIXED.findall(text), *words]
-    return [s for s in dict.fromkeys(found) if len(s) >= MIN_CHARS][:MAX_STRINGS]
+    """The exact strings of an answer a check looks at: identifiers only where quoted as code."""
+    return _exact(text, "\n".join(_QUOTED.findall(text)))[:MAX_STRINGS]
 
 
 def flat(page: Page) -> str:
@@ -66,8 +70,7 @@ def _read_off(page: Page) -> tuple[str, tuple[str, ...]]:
     hit = _PAGES.get(page.digest)
     if hit is None:
         body = flat(page)
-        found = (*find_facts(body), *_MIXED.findall(body), *_WORD.findall(body))
-        hit = _PAGES[page.digest] = (body, tuple(c for c in dict.fromkeys(found) if len(c) >= MIN_CHARS))
+        hit = _PAGES[page.digest] = (body, tuple(_exact(body, body)))
     return hit
 
 
@@ -120,7 +123,7 @@ def _whole_in(s: str, text: str) -> bool:
     return False
 
 
-def _nearest(s: str, candidates: Sequence[str] | dict[str, str | None], most: int) -> str | None:
+def _nearest(s: str, candidates: Iterable[str], most: int) -> str | None:
     best, best_d = None, most + 1
     for c in candidates:
         if c == s or abs(len(c) - len(s)) > most:

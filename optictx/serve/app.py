@@ -136,11 +136,14 @@ class Server:
             if fitted.fallback:
                 extra["x-optictx-fallback"] = fitted.fallback
 
+            ctx = fitted.context  # the misreading check reads the answer where pages went as images
+            reads = ctx is not None and any(p.tier.is_image for p in ctx.pages)
+
             async def done(usage: Usage | None, status: int, answer: str = "") -> dict[str, str]:
                 misread: list[Misread] = []
                 try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
-                    if answer and fitted.context is not None and fitted.context.pages:
-                        misread = await run_in_threadpool(fitted.context.check, answer)
+                    if reads and answer:
+                        misread = await run_in_threadpool(ctx.check, answer)  # type: ignore[union-attr]
                     billed = usage_record(usage, sent.vision, sent.model, len(fitted.body))
                     await run_in_threadpool(self.proxy.ledger.record, replace(
                         sent, status=status, misread=misread_json(misread), **billed))
@@ -151,7 +154,8 @@ class Server:
 
             upstream, target = self.upstream(dialect), _with_query(path, request)
             return await self._relayed(request, lambda: upstream.post(target, fitted.body, request.headers,
-                                                                      parsed.stream, dialect, extra, done), done)
+                                                                      parsed.stream, dialect, extra, done,
+                                                                      reads=reads), done)
 
     async def _relayed(self, request: Request, call: Callable[[], Awaitable[Response]],
                        done: Callable[..., Awaitable[None]]) -> Response:

@@ -168,10 +168,11 @@ class Upstream:
                         "relay redirects: check --upstream", status=502, kind="api_error")
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], stream: bool, dialect: Dialect,
-                   extra: Mapping[str, str], done: Done | None = None) -> Response:
+                   extra: Mapping[str, str], done: Done | None = None, *, reads: bool = False) -> Response:
         """The upstream's answer to `body`, streamed as it arrives when `stream`. `done` is
         awaited with the usage the answer reports (None: it reports none) once it is all read:
-        at once for a whole answer, when the stream ends for a stream."""
+        at once for a whole answer, when the stream ends for a stream; with its text too when
+        `reads` (a check will read it: otherwise a stream's text is not gathered)."""
         send = {**outgoing(headers), "content-type": "application/json"}
         request = self.client.build_request("POST", self.base + path, content=body, headers=send)
         try:
@@ -196,13 +197,14 @@ class Upstream:
                                else (None, ""))  # off the event loop: an answer may be large
                 answer.update(await done(usage, r.status_code, text) or {})
             return Response(content, r.status_code, answer)
-        return StreamingResponse(self._relay(r, dialect, done), r.status_code, answer)
+        return StreamingResponse(self._relay(r, dialect, done, reads), r.status_code, answer)
 
-    async def _relay(self, r: httpx.Response, dialect: Dialect, done: Done | None) -> AsyncIterator[bytes]:
+    async def _relay(self, r: httpx.Response, dialect: Dialect, done: Done | None,
+                     reads: bool = False) -> AsyncIterator[bytes]:
         """Whole events as they arrive: should upstream break off, the half event it left is
         dropped and an error event ends the stream (a client never parses half of one)."""
         tail = bytearray()  # what arrived after the last whole event; searched once per byte
-        usage, said = StreamUsage(dialect.provider), StreamText(dialect.provider)
+        usage, said = StreamUsage(dialect.provider), StreamText(dialect.provider) if reads else None
         try:
             async for chunk in self._decoded(r):  # decoded, should upstream encode anyway
                 start = max(0, len(tail) - 3)  # a boundary may straddle the chunks
@@ -212,11 +214,13 @@ class Upstream:
                     out = bytes(tail[:end])
                     del tail[:end]
                     usage.feed(out)
-                    said.feed(out)
+                    if said is not None:
+                        said.feed(out)
                     yield out
             if tail:
                 usage.feed(bytes(tail))
-                said.feed(bytes(tail))
+                if said is not None:
+                    said.feed(bytes(tail))
                 yield bytes(tail)
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke: %s", self.shown, exc)
@@ -228,7 +232,7 @@ class Upstream:
             with anyio.CancelScope(shield=True):
                 await r.aclose()
                 if done is not None:
-                    await done(usage.usage, r.status_code, said.text)
+                    await done(usage.usage, r.status_code, said.text if said is not None else "")
 
     async def close(self) -> None:
         await self.client.aclose()
