@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -386,6 +387,45 @@ class Proxy:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(20)
+
+
+LABEL = re.compile(r"\[page [a-z0-9]+: turns #(\d+)(?:-#(\d+))?\]")
+
+
+def faithful(turns: list[list[dict[str, Any]]], sent: list[dict[str, Any]], *, image: str, first: int = 0,
+             front: int = 2, dropped: bool = False) -> None:
+    """What went upstream, checked against what the client sent (not against optictx's own
+    fitting). `turns`: the client's items grouped by turn, numbered from `first` (a turn the
+    request carries outside the list, such as Responses' instructions, comes before it); a page
+    is an item with a part of type `image`. Every item that is not a page is one of the client's,
+    byte for byte, in the client's order, and a turn sent as itself is sent whole; the pages'
+    labels name spans of the client's turns; every turn is somewhere, none twice as itself.
+    `dropped`: a hard budget may drop pages, the oldest first: the turns nowhere are then one
+    run, older than every turn sent but the `front` ones (the system prompt and the task)."""
+    flat = [(n, json.dumps(item, sort_keys=True)) for n, turn in enumerate(turns, first) for item in turn]
+    seen: dict[int, int] = {}
+    spans: set[int] = set()
+    last = -1
+    for m in sent:
+        content = m.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == image for p in content):
+            for p in content:
+                for a, b in LABEL.findall(p.get("text", "") if isinstance(p, dict) else ""):
+                    spans.update(range(int(a), int(b or a) + 1))
+            continue
+        mine = json.dumps(m, sort_keys=True)
+        at = next((i for i in range(last + 1, len(flat)) if flat[i][1] == mine), None)
+        assert at is not None, f"not the client's, or out of order: {mine[:120]}"
+        seen[flat[at][0]] = seen.get(flat[at][0], 0) + 1
+        last = at
+    for n, count in seen.items():
+        assert count == len(turns[n - first]), f"turn #{n} went in part"
+    missing = set(range(first, first + len(turns))) - set(seen) - spans
+    if dropped and missing:
+        assert missing == set(range(min(missing), max(missing) + 1)), "dropped pages are one run"
+        assert all(i > max(missing) for i in (set(seen) | spans) - set(range(front))), "the oldest were dropped"
+    else:
+        assert not missing, f"turns the client sent are nowhere: {sorted(missing)[:10]}"
 
 
 class Reference:

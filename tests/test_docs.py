@@ -31,5 +31,11 @@ def test_the_readmes_python_runs_as_printed(tmp_path):
 def test_the_readme_is_a_first_screen_and_the_depth_is_linked():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 120  # the deep material lives under docs/
-    for page in ("proxy", "library", "storage", "readers", "local-models", "how-it-decides", "limits"):
-        assert f"docs/{page}.md" in text
+    first = text.split("\n## ", 1)[0]  # what a reader sees before the first section
+    commands = re.findall(r"^make ([\w-]+)", first, re.M)
+    assert commands == ["demo", "test"], "the two commands a new user runs open the README"
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M))
+    assert set(commands) <= targets, "the README's commands are the Makefile's"
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", text))
+    assert linked == {p.name for p in (ROOT / "docs").glob("*.md")}, "every page under docs/ is linked from the README"
+

@@ -71,7 +71,9 @@ def test_factsheet_keeps_numbers_of_imaged_turns_within_budget():
     assert all(p.tier is Tier.TEXT for p in ctx.pages if not p.page.sealed)  # the open page is text
     parts = [p.get("text") for p in ctx.to_openai()[0]["content"]]
     blocks = [b.get("text") for b in ctx.to_anthropic()[1][0]["content"]]
-    for seg in (s for s in segs if getattr(s, "kind", None) == "factsheet"):
+    sheets = [s for s in segs if getattr(s, "kind", None) == "factsheet"]
+    assert sheets
+    for seg in sheets:
         assert seg.text in parts and seg.text in blocks
 
 

@@ -30,11 +30,11 @@ def test_gate_keeps_every_sent_page_legible_and_reads_each_page_once():
     sealed = [p for p in mem.pages if p.sealed]
     floors = {p.digest: f for p, f in zip(sealed, gate.floors(sealed, mem.images))}
     assert Tier.TINY in floors.values() and any(f.rank > Tier.TINY.rank for f in floors.values())
-    for seg in ctx.pages:
-        floor = floors.get(seg.page.digest)
-        if floor is not None and seg.tier.is_image:
-            assert seg.tier.rank >= floor.rank
-            assert gate.cer[seg.page.digest, floor] <= 0.03  # measured, not assumed
+    held = [(seg, floors[seg.page.digest]) for seg in ctx.pages if seg.page.digest in floors and seg.tier.is_image]
+    assert held, "the context sends sealed pages the gate judged"
+    for seg, floor in held:
+        assert seg.tier.rank >= floor.rank
+        assert gate.cer[seg.page.digest, floor] <= 0.03  # measured, not assumed
     reads = gate.reads
     mem.context(budget=Budget(tokens=6000))
     assert gate.reads == reads  # floors are cached by page digest

@@ -186,6 +186,7 @@ def test_glyph_masks_draw_the_same_pixels_as_pillow_on_every_corpus():
             packer = Packer(layout, get_tokenizer(), 1000)
             for turn in turns[:60]:
                 packer.add(turn)
+            assert len(packer.sealed) >= 8, (name, len(packer.sealed))  # the loop below runs on real pages
             for page in packer.sealed[:8]:
                 assert all(ln.text.isascii() for ln in page.lines)
                 ours, _ = draw_page(page.lines, layout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import stat
 
 import pytest
@@ -22,7 +21,7 @@ from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.anthropic_api import MAX_BREAKPOINTS  # noqa: E402
 from optictx.serve.openai_api import OPENAI  # noqa: E402
 
-from serve_peers import Proxy, Reference, newest_key, to_anthropic_messages  # noqa: E402
+from serve_peers import Proxy, Reference, faithful, newest_key, to_anthropic_messages  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -55,33 +54,8 @@ def _tool_pairs_intact_openai(messages):
             assert m["tool_call_id"] in calls, "a tool result went upstream without its call"
 
 
-_LABEL = re.compile(r"\[page [a-z0-9]+: turns #(\d+)(?:-#(\d+))?\]")
-
-
 def _faithful_openai(client: list[dict], body: dict, *, dropped: bool = False) -> None:
-    """What went upstream, checked against what the client sent (not against optictx's own
-    fitting): every message that is not a page message is one of the client's, byte for byte,
-    in the client's order; the page messages' labels name spans of the client's turns; every
-    turn the client sent is somewhere (as itself, or in a page's span), none twice as itself.
-    `dropped`: a hard budget may drop pages, the oldest first: the turns nowhere are then one
-    run, older than every turn sent but the fixed front (the system prompt and the task)."""
-    sent = [json.dumps(m, sort_keys=True) for m in client]
-    kept, spans, last = [], set(), -1
-    for m in body["messages"]:
-        if isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"]):
-            for p in m["content"]:
-                for a, b in _LABEL.findall(p.get("text", "")):
-                    spans.update(range(int(a), int(b or a) + 1))
-            continue
-        at = sent.index(json.dumps(m, sort_keys=True), last + 1)  # ValueError: not the client's, or out of order
-        kept.append(at)
-        last = at
-    missing = set(range(len(client))) - set(kept) - spans
-    if dropped and missing:
-        assert missing == set(range(min(missing), max(missing) + 1)), "dropped pages are one run"
-        assert all(i > max(missing) for i in (set(kept) | spans) - {0, 1}), "the oldest were dropped"
-    else:
-        assert not missing, f"turns the client sent are nowhere: {sorted(missing)[:10]}"
+    faithful([[m] for m in client], body["messages"], image="image_url", dropped=dropped)
 
 
 def _images_openai(messages):
@@ -210,6 +184,7 @@ def test_anthropic_tools_round_trip_with_cache_breakpoints_and_the_answer_unchan
                 uses.add(b["id"])
             if b["type"] == "tool_result":
                 assert b["tool_use_id"] in uses
+    assert uses, "the recent turns hold tool calls"
     roles = [m["role"] for m in body["messages"]]
     assert roles[0] == "user" and all(x != y for x, y in zip(roles, roles[1:]))
     marks = [b for b in [*body["system"], *blocks] if "cache_control" in b]
