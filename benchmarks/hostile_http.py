@@ -117,6 +117,44 @@ def stall(proxy: Proxy, t: Tally) -> None:
         t.answer("stall", r, ok=(429,))
 
 
+def _trickled(port: int, head: bytes, pause: float, give_up: float) -> float:
+    """Seconds until the proxy closed a connection sending `head` a byte per `pause` (`give_up`
+    if it never did)."""
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=give_up) as s:
+        s.setblocking(False)
+        for i in range(len(head)):
+            if time.monotonic() - start > give_up:
+                break
+            try:
+                s.sendall(head[i:i + 1])
+                if s.recv(1) == b"":
+                    return time.monotonic() - start
+            except BlockingIOError:
+                pass
+            except OSError:
+                return time.monotonic() - start
+            time.sleep(pause)
+    return give_up
+
+
+def slow_heads(proxy: Proxy, t: Tally, deadline: float) -> None:
+    """50 connections that send their request head a byte every 0.2 s (slowloris), while another
+    tenant asks 10 times: each must be closed near the head deadline, no one else slowed."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" * 3
+    c = t.counts["slow heads"]
+    with ThreadPoolExecutor(50) as pool:
+        held = [pool.submit(_trickled, proxy.port, head, 0.2, deadline + 10) for _ in range(50)]
+        time.sleep(0.5)
+        for k in range(10):
+            t0 = time.monotonic()
+            r = _chat(proxy.url, [{"role": "user", "content": f"meanwhile {k}"}], {"authorization": "Bearer b"})
+            c["stalls"] += time.monotonic() - t0 > 2.0 or r.status_code != 200
+        for f in held:
+            c["cases"] += 1
+            c["held past the deadline"] += f.result() > deadline + 2.0
+
+
 def values(url: str, rng: random.Random, t: Tally, n: int) -> None:
     """Random header values, model names, tools, dashboard ids."""
     for _ in range(n):
@@ -327,11 +365,12 @@ def run(store_kind: str, cases: int, seed: int) -> dict[str, Any]:
         else:
             store = str(Path(tmp) / "store")
         proxy = Proxy(ServeConfig(upstream=state.openai_url, anthropic_upstream=state.anthropic_url, budget=3000,
-                                  store=store, lock_wait=3.0, tenant_threads=4, tenancy="per-key"))
+                                  store=store, lock_wait=3.0, tenant_threads=4, tenancy="per-key", head_timeout=2.0))
         ACKED.clear()
         try:
             tenancy(proxy.url, rng, t, cases // 4)
             stall(proxy, t)
+            slow_heads(proxy, t, 2.0)
             values(proxy.url, rng, t, cases)
             browser(proxy.url, rng, t, cases // 2)
             framing(proxy.port, t)

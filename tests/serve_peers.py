@@ -22,6 +22,7 @@ from typing import Any
 import uvicorn
 
 from optictx.serve import ServeConfig, create_app
+from optictx.serve.wire import uvicorn_config
 
 MAX_REQUESTS = 5000  # each server stops by itself after this many
 
@@ -368,8 +369,9 @@ class Proxy:
 
     def __init__(self, config: ServeConfig) -> None:
         self.app = create_app(config)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning",
-                                                    limit_max_requests=MAX_REQUESTS, lifespan="on"))
+        self.server = uvicorn.Server(uvicorn_config(
+            self.app, host="127.0.0.1", port=0, head_timeout=config.head_timeout, log_level="warning",
+            limit_max_requests=MAX_REQUESTS, lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -500,10 +502,11 @@ class ServeProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stopped as Ctrl-C stops it: what it logged."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            self.proc.communicate(timeout=30)
+        return self.proc.communicate(timeout=30)[1] or ""
 
 
 def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:

@@ -326,6 +326,77 @@ def test_a_request_framed_two_ways_is_refused_and_its_connection_closed(proxy, u
     assert not out or out.startswith(b"HTTP/1.1 400")
 
 
+def _trickle(port: int, head: bytes, pause: float, then: bytes = b"") -> tuple[float, bytes]:
+    """`head` sent a byte every `pause` seconds, then `then` at once: (seconds until the proxy
+    closed the connection or answered, what came back)."""
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            for i in range(len(head)):
+                s.sendall(head[i:i + 1])
+                time.sleep(pause)
+            s.sendall(then)
+            return time.monotonic() - start, s.recv(65536)
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - start, b""
+
+
+def test_a_request_head_sent_too_slowly_is_cut_off_and_others_are_served_meanwhile(upstream):
+    p = _serve(upstream, budget=3000, head_timeout=1.0)
+    try:
+        body = json.dumps({"model": "gpt-4o", "messages": HELLO}).encode()
+        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body))
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(_trickle, p.port, head, 0.1, body)  # about 10 s to send its head
+            time.sleep(0.3)
+            assert _chat(p.url).status_code == 200  # another client, served while it trickles
+            took, out = slow.result()
+        assert out == b"" and took < 3.0 and not upstream.arrivals[1:]  # closed at about 1 s, never relayed
+        # A head that comes in time, then a body that takes longer than the head's deadline: served.
+        with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+            s.sendall(head)
+            for i in range(0, len(body), 8):
+                s.sendall(body[i:i + 8])
+                time.sleep(1.5 / (len(body) / 8))
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+            # The next request on this kept-alive connection has a deadline of its own.
+            start = time.monotonic()
+            try:
+                for i in range(len(head)):
+                    s.sendall(head[i:i + 1])
+                    time.sleep(0.1)
+                closed = s.recv(65536) == b""
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            assert closed and time.monotonic() - start < 3.0
+    finally:
+        p.stop()
+
+
+def test_a_refused_framing_is_one_log_line_and_no_traceback(upstream):
+    """What an operator sees when a client frames its request two ways: `optictx serve` as its
+    own process, its log read whole."""
+    from serve_peers import ServeProcess
+
+    served = ServeProcess(upstream.openai_url, None, budget=3000, keep_recent=4, vision="auto")
+    body = json.dumps({"model": "gpt-4o", "messages": HELLO}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    cases = [head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(body) + chunked,
+             head + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunked,
+             head + b"Content-Length: %d\r\nContent-Length: 7\r\n\r\n" % len(body) + body,
+             head + b"Transfer-Encoding: chunked\r\nContent-Length: 9999\r\n\r\n" + chunked[:6]]
+    try:
+        for case in cases:
+            assert raw_exchange(served.port, case + b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+                                wait=1.0).startswith(b"HTTP/1.1 400")
+    finally:
+        log = served.stop()
+    assert log.count("\n") <= 12, log  # uvicorn's start and stop, and a line per refusal at most
+    assert "Traceback" not in log and "Error" not in log, log[-3000:]
+
+
 def test_a_key_given_twice_goes_as_it_came_and_is_never_stored(proxy, upstream):
     """The proxy and the upstream could read such a body differently, so the proxy reads nothing
     of it: its bytes go as they came, and no conversation keeps a version of it."""

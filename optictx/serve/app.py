@@ -251,5 +251,10 @@ def create_app(config: ServeConfig) -> Starlette:
 def run(config: ServeConfig) -> None:
     import uvicorn
 
+    from .wire import uvicorn_config
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="info", access_log=False)
+    server = uvicorn.Server(uvicorn_config(create_app(config), host=config.host, port=config.port,
+                                           head_timeout=config.head_timeout, log_level="info", access_log=False))
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly; no traceback
+        server.run()

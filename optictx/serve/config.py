@@ -54,6 +54,8 @@ class ServeConfig(BaseModel):
     proxy_key: str | None = Field(None, repr=False, min_length=16)  # from OPTICTX_PROXY_KEY, never a flag
     max_body_bytes: int = Field(32 * 2**20, ge=1024, description="largest request body taken (413 beyond)")
     upstream_timeout: float = Field(600.0, gt=0, description="seconds to wait for upstream bytes")
+    head_timeout: float = Field(10.0, gt=0, le=3600, description="seconds a client may take to send a request's "
+                                "headers, from their first byte (the connection is closed beyond)")
     max_open: int = Field(64, ge=1, description="conversations kept open in memory, each with up to "
                           "--image-cache-bytes of page images (the least recent is closed)")
     image_cache_bytes: int = Field(32 * 2**20, ge=0, description="each open conversation's page image cache")
