@@ -7,7 +7,10 @@ Two arms, each on every session of each corpus, packed from scratch:
 - `before`: the pages as they were (1280-px pages of four 22-character columns, code cut at a
   column's last character, 256 greys as 8-bit PNG at compress level 1), sent at TINY (512 px);
 - `after`: the defaults for Claude (`cost.PIXEL_PRICED`: 2730-px pages of five 39-character
-  columns, code laid out as a program, 16 greys as lossless WebP), sent at TINY (1092 px).
+  columns, code laid out as a program, 16 greys as lossless WebP), sent at TINY (1092 px), packed
+  without handles: a run of repeated lines is referred to only on its own page;
+- `handles`: the same, packed as a memory packs (each page opens with its handle, and a run that
+  repeats an earlier page's lines is one line naming that page).
 
 Reported per corpus and arm: what the layout keeps of the code's shape (`eval/structure.py`:
 identifiers, numbers and paths drawn whole, indented lines whose indentation is drawn on every
@@ -25,8 +28,10 @@ import io
 import statistics
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
+from optictx import handles
 from optictx.cost import PIXEL_PRICED, get_cost_model
 from optictx.eval.fidelity import jsonl_corpus
 from optictx.eval.structure import Structure, structure
@@ -39,10 +44,11 @@ from optictx.tokens import get_tokenizer
 from optictx.turnindex import text_tokens
 
 BEFORE = RenderConfig(code_layout="chars", compact_indent=False, greys=256)
-ARMS = {"before": (BEFORE, {"format": "PNG", "compress_level": 1}), "after": (PIXEL_PRICED, ENCODING)}
+ARMS = {"before": (BEFORE, {"format": "PNG", "compress_level": 1}, False), "after": (PIXEL_PRICED, ENCODING, False),
+        "handles": (PIXEL_PRICED, ENCODING, True)}
 
 
-def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, every: int, read: int,
+def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, handled: bool, every: int, read: int,
         readers: dict) -> dict:
     tok, layout, anthropic = get_tokenizer(), Layout(config), get_cost_model("anthropic")
     images = PageImages(layout)
@@ -51,7 +57,7 @@ def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, ever
     for turns in sessions:
         turns = [t.model_copy(update={"id": i}) for i, t in enumerate(turns)]
         shape.add(structure(turns, layout))
-        packer = Packer(layout, tok)
+        packer = Packer(layout, tok, handle=partial(handles.handle, "00" * 16) if handled else None)
         for t in turns:
             packer.add(t)
         sealed = packer.sealed
@@ -95,9 +101,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for spec in args.corpora:
         files = sorted(Path(spec).glob("*.jsonl"))[: args.sessions]
         sessions = [jsonl_corpus(f) for f in files]
-        for name, (config, encoding) in ARMS.items():
+        for name, (config, encoding, handled) in ARMS.items():
             t0 = time.perf_counter()
-            got = arm(sessions, config, encoding, args.every, args.read, readers)
+            got = arm(sessions, config, encoding, handled, args.every, args.read, readers)
             rows.append((Path(spec).name, len(sessions), name, got, time.perf_counter() - t0))
     keys = ["atoms_unbroken", "indent_kept", "wrapped", "pages", "side", "own per page", "own per image token",
             "bytes per page", "bytes per 1k own tokens", "tesseract accuracy", "reflex accuracy"]

@@ -60,6 +60,8 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
         inline(plan.pages[i + 1].entries[0].turn_id if i + 1 < len(plan.pages) else None)
         if tier is not Tier.GONE:
             factsheet(i)
+        if i in plan.again:  # lines a reference on it stands for, on a page not sent
+            segs.append(TextSegment("copies", plan.again[i], snap.count(plan.again[i])))
     inline(None)  # no page at all
     segs += [TextSegment("recent", t.text, snap.turn_tokens(t, cost), t, snap.pack.drawn(t) if plan.drawn else None)
              for t in snap.recent[plan.cut:]]

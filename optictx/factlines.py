@@ -131,9 +131,12 @@ def with_factsheet(plan: Plan, limit: int, factsheet: Factsheet, facts: TurnFact
         if tiers is None:
             raise ConfigError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
         dropped = plan.actual.count(Tier.GONE)
-        plan = plan.with_tiers(tiers)
-        if plan.actual.count(Tier.GONE) > dropped:
-            lines = fact_lines(plan, factsheet, facts, recent, count)
+        demoted = plan.with_tiers(tiers)
+        # Not where a page dropped brings lines a kept page refers to back as text past the budget.
+        if demoted.tokens <= limit:
+            plan = demoted
+            if plan.actual.count(Tier.GONE) > dropped:
+                lines = fact_lines(plan, factsheet, facts, recent, count)
     kept = factsheet.select(lines, min(room, limit - plan.tokens), partial(_cost, count, factsheet, plan))
     return plan.with_factsheet(factsheet_parts(plan, kept, factsheet.gone_header))
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from . import handles, repeats
+from .blocks import turn_blocks
 from .errors import ConfigError
 from .lru import LRU
-from .renderers import Block, Columns, Layout, Line
+from .renderers import Columns, Layout, Line
 from .tokens import Tokenizer
 from .turns import Turn
 
@@ -26,62 +26,19 @@ STYLES = ("header", "text", "code", "wrap", "ref", "handle", "rule")  # what a s
 
 # Part of every stored page set's key: bump it when a change moves page breaks, so pages stored
 # by an older optictx are re-packed instead of mixed with new ones.
-PACK_VERSION = 4
-
-_FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
-
-
-# What a page shows of a turn that stays text in place (`TurnIndex.note`): its header and where
-# its text is, since the pages are read in order and it sits between them.
-IN_PLACE = " \u2192 after page"
-
-
-def short_id(call_id: str) -> str:
-    """A tool call's id as a page shows it: enough to pair a call with its result on the pages
-    around it ("…kiZ1" for toolu_01W9LCHJ6mYamqQfjEYBkiZ1); the transcript keeps the whole id, and
-    a call and its result always follow each other on the pages."""
-    return call_id if len(call_id) <= 8 else "\u2026" + call_id[-4:]
-
-
-def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
-    """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls;
-    only the header, saying where its text is, for a turn that stays text `in_place`."""
-    role = "tool result" if turn.role == "tool" else turn.role
-    head = f"#{turn.id} {role.upper()}" if turn.id is not None else role.upper()
-    if turn.name:
-        head += f" \u00b7 {turn.name}"
-    if turn.tool_call_id:
-        head += f" [{short_id(turn.tool_call_id)}]"
-    if in_place:
-        return [Block(head + IN_PLACE, "header")]
-    blocks = [Block(head, "header")]
-    text = turn.text
-    if turn.role == "tool":
-        if text:
-            blocks.append(Block(text, "code"))
-    else:
-        pos = 0
-        for m in _FENCE.finditer(text):
-            if m.start() > pos:
-                blocks.append(Block(text[pos:m.start()].strip("\n"), "text"))
-            blocks.append(Block(m.group(1).rstrip("\n"), "code"))
-            pos = m.end()
-        if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
-            blocks.append(Block(text[pos:].strip("\n"), "text"))
-    for call in turn.tool_calls:
-        blocks.append(Block(f"call {call.function.name}({call.function.arguments}) [{short_id(call.id)}]", "code"))
-    return blocks
-
+PACK_VERSION = 5
 
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One laid-out line and the turn it came from; `covers`: the turn's lines it stands for (a
-    reference to lines the page already shows stands for them all, `repeats.py`)."""
+    reference to lines already drawn stands for them all, `repeats.py`); `source`: for a
+    reference to another page, where the copy starts (that page's index, the line on it)."""
 
     turn_id: int
     line: Line
     tokens: int
     covers: int = 1
+    source: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,6 +68,11 @@ class Page:
         """The turns whose lines the page shows (its handle line shows none)."""
         return tuple(dict.fromkeys(e.turn_id for e in self.entries if e.covers))
 
+    @cached_property
+    def refers(self) -> tuple[Entry, ...]:
+        """Its references to another page's lines (`Entry.source`)."""
+        return tuple(e for e in self.entries if e.source is not None)
+
     @property
     def handle(self) -> str | None:
         """The page's handle (`handles.py`), drawn on its first line; None on a page without one."""
@@ -132,20 +94,23 @@ class Page:
 
     def to_blob(self) -> str:
         """The sealed page as the store keeps it (JSON text; `Packer.restore` reads it back)."""
-        rows = [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text, *([e.covers] if e.covers != 1 else [])]
+        rows = [[e.turn_id, e.line.style, e.line.height, e.tokens, e.line.text,
+                 *([e.covers, *e.source] if e.source else [e.covers] if e.covers != 1 else [])]
                 for e in self.entries]
         return json.dumps({"tokens": self.tokens, "lines": rows}, ensure_ascii=True)
 
 
 def _stored_right(e: Entry) -> bool:
     """A stored line of a known style, standing for turn lines as its style does (a handle for none)."""
-    return e.line.style in STYLES and (e.covers == 0 if e.line.style == "handle" else e.covers >= 1)
+    return e.line.style in STYLES and (e.covers == 0 if e.line.style == "handle" else e.covers >= 1) and (
+        e.source is None or (e.line.style == "ref" and min(e.source) >= 0))
 
 
 def _page_from_blob(blob: str, index: int, style: str) -> Page:
     body = json.loads(blob)
-    entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n), int(covers[0]) if covers else 1)
-                    for tid, style_, height, n, text, *covers in body["lines"])
+    entries = tuple(Entry(int(tid), Line(str(text), style_, int(height)), int(n), int(more[0]) if more else 1,
+                          (int(more[1]), int(more[2])) if len(more) > 1 else None)
+                    for tid, style_, height, n, text, *more in body["lines"])
     if not entries or not all(_stored_right(e) for e in entries):
         raise ConfigError(f"stored page {index} is malformed")
     return Page(index, entries, True, style, int(body["tokens"]))
@@ -203,6 +168,8 @@ class PackView:
     layout: Layout = field(repr=False)
     entries: _Lines = field(repr=False)  # a turn's lines (a shared, thread-safe cache)
     handle_of: Callable[[int], str] | None = field(default=None, repr=False)  # page index -> its handle
+    across: repeats.Across | None = field(default=None, repr=False)  # None: no reference to another page
+    upto: int = 0  # the lines of `across` this view may refer to
 
     def preview(self, turns: Iterable[Turn] = ()) -> list[Page]:
         """Pages after the sealed ones if `turns` were packed too (the open page included)."""
@@ -229,6 +196,7 @@ class PackView:
         cur, cols = list(self.open_entries), self.cols.copy()  # the open page's cursor, not a replay of it
         used_t = sum(e.tokens for e in cur)
         index: dict[str, list[int]] = {}  # the page's line texts -> where (repeats.py)
+        behind = repeats.Behind(self.across, self.upto) if self.across is not None else None
         for at, e in enumerate(cur):
             repeats.remember(index, e.line.text, at, e.line.style)
         i = 0
@@ -240,10 +208,20 @@ class PackView:
             n, copy = repeats.run_at(cur, entries, i, index) if cfg.repeats else (0, -1)
             if n:
                 e = self._reference(entries[i : i + n], cur[copy])
+            elif behind is not None:
+                n, copy = repeats.run_at(behind, entries, i, behind)  # type: ignore[arg-type]
+                where = behind.where(copy) if n else (0, 0)
+                ref = self._reference(entries[i : i + n], behind[copy], self.handle_of(where[0])) if n else None
+                if ref is None:
+                    n = 0
+                else:
+                    e, n = replace(ref, source=where), -n  # on another page: stays valid when this one seals
             fits = used_t + e.tokens <= cap_t and cols.place(e.line.height, keep(e)) is not None
             if not fits:
                 if any(x.covers for x in cur):  # a page with only its handle takes the line, whatever it is
                     pages.append(Page(first_index + len(pages), tuple(cur), True, self.style))
+                    if behind is not None:
+                        behind.extend(pages[-1])
                     cur, used_t, index, cols = [], 0, {}, Columns(cfg)
                     if self.handle_of is not None:
                         cur.append(self._opening(first_index + len(pages), entries[i].turn_id, cols))
@@ -252,13 +230,13 @@ class PackView:
                     cols = Columns(cfg)
                     for x in cur:
                         cols.place(x.line.height)
-                if n:  # the copy is on the page just sealed: these lines are drawn here again
+                if n > 0:  # the copy is on the page just sealed: these lines are drawn here again
                     e, n = entries[i], 0
                 cols.place(e.line.height, keep(e))  # an empty page takes any one line
             repeats.remember(index, e.line.text, len(cur), e.line.style)
             cur.append(e)
             used_t += e.tokens
-            i += max(1, n)
+            i += max(1, abs(n))
         return pages, cur, cols
 
     def _opening(self, index: int, turn_id: int, cols: Columns) -> Entry:
@@ -269,14 +247,17 @@ class PackView:
         cols.place(line.height)
         return Entry(turn_id, line, self.entries.tokenizer.count(text), 0)
 
-    def _reference(self, run: Sequence[Entry], copy: Entry) -> Entry:
-        """One line standing for `run`, lines the page already shows from `copy` on."""
+    def _reference(self, run: Sequence[Entry], copy: Entry, page: str | None = None) -> Entry | None:
+        """One line standing for `run`, lines the page already shows from `copy` on (or page
+        `page` shows, by its handle; None when the column has no room to quote the copy's start)."""
         measure, room = self.layout.measure("code"), self.layout.config.text_width
         anchor, lines = copy.line.text, sum(1 for e in run if e.line.style != "wrap")  # source lines
-        line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height)
+        line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height, page)
         while measure(line.text) > room and anchor:  # the anchor shortened until the line fits its column
             anchor = anchor[: len(anchor) * 3 // 4]
-            line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height)
+            line = repeats.reference(lines, copy.turn_id, anchor, self.layout.config.line_height, page)
+        if page is not None and len(anchor.strip()) < repeats.MIN_ANCHOR:
+            return None
         tokens = self.entries.tokenizer.count(line.text)
         return Entry(run[0].turn_id, line, tokens, sum(e.covers for e in run))
 
@@ -299,8 +280,9 @@ class Packer:
         self.tokens_per_page = tokens_per_page
         self.entries = _Lines(layout, tokenizer, in_place)
         self._style = f"{layout.config.digest}:{layout.fonts.digest}"
+        across = repeats.Across() if handle is not None and repeats.names_pages(layout) else None
         self._view = PackView((), (), Columns(layout.config), tokens_per_page, self._style, layout, self.entries,
-                              handle)
+                              handle, across, 0)
         self._resume: tuple[int, int] | None = None  # (last turn on restored pages, its lines there)
         self._saved = 0  # sealed pages already handed to the store
 
@@ -328,7 +310,14 @@ class Packer:
             sealed = tuple(_page_from_blob(b, i, self._style) for i, b in enumerate(blobs))
         except (ValueError, KeyError, TypeError):
             return False
-        self._view = replace(self._view, sealed=sealed)
+        across = repeats.Across()
+        for page in sealed:
+            if any(e.source and (e.source[0] >= page.index or e.source[1] + e.covers > len(sealed[e.source[0]].entries))
+                   for e in page.entries):
+                return False  # a reference to no earlier page's lines: damaged
+            across.extend(page)
+        self._view = replace(self._view, sealed=sealed, upto=len(across.lines),
+                             across=across if self._view.across is not None else None)
         self._saved = len(sealed)
         if sealed:
             last, done = sealed[-1].entries[-1].turn_id, 0
@@ -366,7 +355,10 @@ class Packer:
         full, rest, cols = self._view.fill(self.entries(turn)[skip:])
         new = [Page(p.index, p.entries, True, self._style, self.tokenizer.count(p.text)) for p in full]
         v = self._view  # a new view, built directly: dataclasses.replace costs ~20 us, once per add
+        if v.across is not None:
+            for page in new:
+                v.across.extend(page)
         self._view = PackView((*v.sealed, *new) if new else v.sealed, tuple(rest), cols, v.tokens_per_page, v.style,
-                              v.layout, v.entries, v.handle_of)
+                              v.layout, v.entries, v.handle_of, v.across, len(v.across.lines) if v.across else 0)
         self.entries.forget(turn)
         return new

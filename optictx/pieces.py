@@ -25,19 +25,23 @@ CAPTION = (
     "#<turn id>: ...' stands for lines that page already shows above it; a line '#<turn id>: ...' after a page "
     "repeats exact strings of that turn verbatim; the messages after the pages continue from where they end."
 )
+# Where a page may refer to lines of another (`packer.names_pages`).
+_ON_PAGES = ("that page already shows above it;", "shown above it, on that page or on page <handle> "
+             "('= <n> lines, <handle> #<turn id>: ...');")
 
 
-
-def caption(tools: Sequence[str] = ()) -> str:
+def caption(tools: Sequence[str] = (), names_pages: bool = False) -> str:
     """The caption before the pages; with the tools the model has for them (`Policy.tools`: the
-    names of `search` and `recall`, as the model's tool list spells them), how to get exact words."""
+    names of `search` and `recall`, as the model's tool list spells them), how to get exact words;
+    `names_pages`: whether a page may refer to another's lines."""
+    text = CAPTION.replace(*_ON_PAGES) if names_pages else CAPTION
     if not tools:
-        return CAPTION
+        return text
     search = next((t for t in tools if t.endswith("search")), None)
     recall = next((t for t in tools if t.endswith("recall")), None)
     how = [f"call {recall} with a page's handle for its turns word for word" if recall else "",
            f"{search} finds any string in the conversation" if search else ""]
-    return CAPTION + " Pages may be misread: " + "; ".join(h for h in how if h) + "."
+    return text + " Pages may be misread: " + "; ".join(h for h in how if h) + "."
 
 
 def left_out(turn_ids: Sequence[int]) -> str:
@@ -49,14 +53,15 @@ def left_out(turn_ids: Sequence[int]) -> str:
             "are left out for the budget; the pages around them hold their turn headers.")
 
 
-SegmentKind = Literal["system", "pinned", "caption", "factsheet", "label", "inline", "recent"]
+SegmentKind = Literal["system", "pinned", "caption", "factsheet", "label", "copies", "inline", "recent"]
 
 
 @dataclass(frozen=True)
 class TextSegment:
     """Text the consumer reads as text: a native turn (`inline`: one that stays text in place,
     between the pages), the caption above the pages, a page's label beside its image
-    (`handles.label`), or a part of the factsheet. `drawn`: a
+    (`handles.label`), a part of the factsheet, or the lines a page's references stand for on a
+    page not sent (`copies`, `Plan.again`). `drawn`: a
     recent turn as a page draws it (its lines in `PageSegment.text` once it moves onto the open
     page), else None."""
 
@@ -114,7 +119,8 @@ class PageSegment:
 
 Segment = TextSegment | PageSegment
 
-PieceKind = Literal["system", "pinned", "caption", "factsheet", "label", "page", "open", "inline", "recent"]
+PieceKind = Literal["system", "pinned", "caption", "factsheet", "label", "copies", "page", "open", "inline",
+                    "recent"]
 
 
 @dataclass(frozen=True, eq=False)

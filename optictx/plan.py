@@ -111,11 +111,16 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
         costs = price_pages(pages, snap, cost)
         want = ladder_tiers(costs, policy.ladder, unsealed=len(pages) - len(snap.pack.sealed))
-        tiers = fit(want, costs, limit - other - (caption if pages else 0), policy.fitter)
-        tiers = cap_images(tiers, costs, None if image_cap is None else image_cap - native)
-        if policy.sticky:
-            tiers = never_sharper(tiers, snap.last_tiers)
-        fitted = Plan(cut, pages, tiers, costs, other, caption, left_out=tuple(sorted(gone)))
+        room, again = limit - other - (caption if pages else 0), 0
+        for _ in range(len(pages) + 1):  # room for the lines written again where a referred page is dropped
+            tiers = fit(want, costs, room - again, policy.fitter)
+            tiers = cap_images(tiers, costs, None if image_cap is None else image_cap - native)
+            if policy.sticky:
+                tiers = never_sharper(tiers, snap.last_tiers)
+            fitted = Plan(cut, pages, tiers, costs, other, caption, left_out=tuple(sorted(gone)), count=snap.count)
+            if fitted.again_tokens <= again:
+                break
+            again = fitted.again_tokens
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)

@@ -3,11 +3,11 @@ tier, the factsheet's texts by place), a value the planning steps pass along (`p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .packer import Page
+from .packer import Entry, Page
 from .schedule import PageCost
 from .tiers import Tier
 from .turns import Turn
@@ -28,6 +28,7 @@ class Plan:
     verbatim: tuple[Turn, ...] | None = None  # set: every turn goes as itself in this order, nothing else
     drawn: bool = True  # recent turns' flat prompts as a page draws them (False: as themselves, prefix.py)
     left_out: tuple[int, ...] = ()  # the person's messages that stay in place but the budget cannot hold
+    count: Callable[[str], int] | None = field(default=None, repr=False, compare=False)  # text tokens (`again`)
 
     @cached_property
     def actual(self) -> list[Tier]:
@@ -42,7 +43,26 @@ class Plan:
     def tokens(self) -> int:
         """Everything but the factsheet."""
         imaged = any(t is not Tier.GONE for t in self.tiers)
-        return self.other_tokens + self.page_tokens + (self.caption_tokens if imaged or self.left_out else 0)
+        caption = self.caption_tokens if imaged or self.left_out else 0
+        return self.other_tokens + self.page_tokens + caption + self.again_tokens
+
+    @cached_property
+    def again(self) -> dict[int, str]:
+        """Page i -> the lines its references to pages not sent stand for, written again after it:
+        a reference to another page (`repeats.py`) holds only while that page is in the context."""
+        out: dict[int, str] = {}
+        if Tier.GONE not in self.actual:
+            return out
+        for i, (page, tier) in enumerate(zip(self.pages, self.actual)):
+            refs = [e for e in page.refers if self.actual[e.source[0]] is Tier.GONE  # type: ignore[index]
+                    ] if tier is not Tier.GONE and page.refers else ()
+            if refs:
+                out[i] = "\n".join(again(e, self.pages[e.source[0]]) for e in refs)  # type: ignore[index]
+        return out
+
+    @cached_property
+    def again_tokens(self) -> int:
+        return sum(map(self.count, self.again.values())) if self.again and self.count else 0
 
     @cached_property
     def shown_by(self) -> dict[int, int]:
@@ -54,14 +74,21 @@ class Plan:
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
-                    drawn=self.drawn, left_out=self.left_out)
+                    drawn=self.drawn, left_out=self.left_out, count=self.count)
 
     def with_factsheet(self, parts: Mapping[int, str]) -> Plan:
         new = Plan(self.cut, self.pages, self.tiers, self.costs, self.other_tokens, self.caption_tokens, parts,
-                   drawn=self.drawn, left_out=self.left_out)
+                   drawn=self.drawn, left_out=self.left_out, count=self.count)
         # The same tiers: what was derived from them holds (recomputing it walks every page).
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
         return new
 
 
-_DERIVED = ("actual", "page_tokens", "tokens", "shown_by")
+_DERIVED = ("actual", "page_tokens", "tokens", "shown_by", "again", "again_tokens")
+
+
+def again(ref: Entry, source: Page) -> str:
+    """A reference line, then the lines it stands for on `source` (a page not sent)."""
+    at = ref.source[1]  # type: ignore[index]
+    lines = "\n".join(e.line.text for e in source.entries[at : at + ref.covers])
+    return f"{ref.line.text} (page {source.handle} is not shown; the lines:)\n{lines}"

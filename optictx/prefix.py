@@ -261,7 +261,7 @@ def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapsho
     costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.size)
     other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
     caption = snap.count(snap.caption)
-    return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False)
+    return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False, count=snap.count)
 
 
 def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:

@@ -99,4 +99,4 @@ class Resident:
         return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
                         self._tokenizer.count, images, floors, last, self.facts, transcript,
                         index.text_total, index.all_images(), inline, frozenset(index.inline_ids),
-                        caption(policy.tools))
+                        caption(policy.tools, pack.across is not None))

@@ -5,7 +5,7 @@ page; they sit between the pages where they were, and a new one does not move th
 from __future__ import annotations
 
 from optictx import Budget, Memory
-from optictx.packer import IN_PLACE
+from optictx.blocks import IN_PLACE
 from optictx.turnindex import AS_SENT
 
 REMINDER = "Reminder: the task tools have not been used recently; keep the todo list current."

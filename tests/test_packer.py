@@ -1,5 +1,6 @@
 from optictx import Turn
-from optictx.packer import Packer, turn_blocks
+from optictx.blocks import turn_blocks
+from optictx.packer import Packer
 from optictx.renderers import Layout, RenderConfig
 from optictx.tokens import get_tokenizer
 

@@ -100,3 +100,77 @@ def test_a_reopened_packer_packs_the_rest_as_one_that_never_closed(turns, cut, t
     # every line of every turn is on a page, drawn or referred to
     assert sum(e.covers for pg in whole.sealed for e in pg.entries) + sum(
         e.covers for e in whole.view().open_entries) == sum(len(whole.entries(t)) for t in made)
+
+
+def test_a_copy_on_another_page_is_one_line_that_names_that_page_and_where_the_copy_is():
+    p = Packer(Layout(RenderConfig(columns=2)), get_tokenizer(), 300, handle=partial(handles.handle, "00" * 16))
+    for i in range(6):
+        p.add(_tool(i, FILE))
+    pages = [*p.sealed, *p.preview()]
+    drawn = [e.line.text for e in p.entries(_tool(0, FILE))[1:]]  # FILE as a page draws it, less the header
+    cross = [(page, e) for page in pages for e in page.entries if e.source is not None]
+    assert cross, "a copy on an earlier page is referred to, not drawn again"
+    for page, e in cross:
+        at_page, at = e.source
+        target = pages[at_page]
+        assert at_page < page.index and target.sealed
+        copied = [x.line.text for x in target.entries[at : at + e.covers]]
+        assert any(drawn[k : k + len(copied)] == copied for k in range(len(drawn))) and len(copied) >= 3
+        source_lines = sum(1 for x in target.entries[at : at + e.covers] if x.line.style != "wrap")
+        assert e.line.text.startswith(f"= {source_lines} lines, {target.handle} #{target.entries[at].turn_id}: ")
+        assert copied[0].strip().startswith(e.line.text.split(": ", 1)[1].rstrip("\u2026"))
+
+
+def test_a_reference_to_a_page_not_sent_is_written_again_after_its_page():
+    """A page refers to lines of another only while that page is in the context: where the
+    budget drops the page that holds the copy, the lines go as text right after the page that
+    refers to them (and the budget holds with them)."""
+    from optictx import Budget, Memory
+    from optictx.pieces import PageSegment
+
+    def lines(k, n):
+        return [f"    field_{k}_{i} = load_{k}(source, {i})  # step {i} of {k}" for i in range(n)]
+
+    mem = Memory(keep_recent=2, budget=100_000, vision="anthropic")  # columns wide enough for a page's handle
+    for k in range(60):  # each file shows six lines of one read long before it
+        old = lines(k - 30, 40)[10:16] if k >= 30 else []
+        mem.add({"role": "user", "content": "\n".join([*lines(k, 20), *old, *lines(k + 100, 20)])})
+        mem.add({"role": "assistant", "content": f"Read file {k}."})
+    seen = 0
+    for budget in range(24000, 1000, -1000):
+        ctx = mem.context(budget=Budget(tokens=budget), commit=False)
+        assert ctx.tokens <= budget
+        sent = {s.page.index for s in ctx.pages}
+        for i, seg in enumerate(ctx.segments):
+            if not isinstance(seg, PageSegment):
+                continue
+            missing = [e for e in seg.page.entries if e.source is not None and e.source[0] not in sent]
+            after = []
+            for later in ctx.segments[i + 1:]:
+                if isinstance(later, PageSegment):
+                    break
+                after.append(later)
+            copies = [s.text for s in after if s.kind == "copies"]
+            if not missing:
+                assert not copies
+                continue
+            seen += 1
+            [text] = copies
+            pages = {p.index: p for p in mem.pages}
+            for e in missing:
+                at_page, at = e.source
+                lines = [x.line.text for x in pages[at_page].entries[at : at + e.covers]]
+                assert e.line.text + " (page " in text and "\n".join(lines) in text
+    assert seen, "some budget dropped a page another sent page refers to"
+
+
+def test_only_a_column_wide_enough_to_name_a_page_refers_to_another_and_the_caption_says_which():
+    from optictx import Memory
+
+    text = "\n".join(f"    field_{i} = load(source, {i})  # step {i}" for i in range(60))
+    for vision, wide in (("deepseek-ocr", False), ("anthropic", True)):  # 22- and 39-character columns
+        mem = Memory(keep_recent=1, budget=200_000, vision=vision, verbatim=False)
+        for k in range(40):
+            mem.add({"role": "user", "content": text if k % 8 == 0 else f"{text}\nfile {k}".replace("field", f"f{k}")})
+        assert any(e.source for p in mem.pages for e in p.entries) is wide
+        assert ("on page <handle>" in mem.context().segments[0].text) is wide

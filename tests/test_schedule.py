@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from optictx import COST_MODELS, Budget, BudgetError, Memory, Policy, Tier
+from optictx.blocks import IN_PLACE
 from optictx.handles import LABEL_TOKENS
 from optictx.native import image_sizes, images_cost
-from optictx.packer import IN_PLACE
 from optictx.pieces import PageSegment
 from optictx.schedule import AgeLadder, DropOldest, OldestFirst, PageCost, ladder_tiers, page_costs
 from optictx.turnindex import text_tokens
@@ -209,7 +209,7 @@ def test_no_turn_is_lost_every_turn_is_somewhere(mem):
         assert [s.turn.id for s in ctx.segments] == [t.id for t in mem.transcript()]
         return
     kinds = [s.kind if hasattr(s, "kind") else "page" for s in ctx.segments]
-    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "label": 3, "inline": 3,
+    order = {"system": 0, "pinned": 1, "caption": 2, "page": 3, "factsheet": 3, "label": 3, "copies": 3, "inline": 3,
              "recent": 4}
     assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
     # a turn in place sits between the pages that hold the turns before and after it

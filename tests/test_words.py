@@ -10,7 +10,7 @@ import re
 import pytest
 
 from optictx import Budget, Memory
-from optictx.packer import IN_PLACE
+from optictx.blocks import IN_PLACE
 
 # What the real clients send, recorded from them (Claude Code 2.1.x with a CLAUDE.md in its
 # folder; Codex 0.17x with an AGENTS.md), shortened.

@@ -2,7 +2,7 @@
 character accuracy cannot see an identifier cut in two or an indentation lost where a line
 wrapped, and a page can keep every character and lose the program.
 
-Over the code and tool output of some turns (the blocks `packer.turn_blocks` draws as code):
+Over the code and tool output of some turns (the blocks `blocks.turn_blocks` draws as code):
 
 - `atoms_unbroken`: the share of identifiers, numbers and paths (`codewrap.ATOM`) no wider
   than a column that are drawn whole on one line;
@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..packer import turn_blocks
+from ..blocks import turn_blocks
 from ..renderers import Block, Layout, Line, displayable
 from ..renderers.codewrap import ATOM, HANG, hang_of, indent_of
 from ..renderers.layout import is_rule

@@ -1,0 +1,53 @@
+"""How a turn is drawn on a page: a role header, then its prose, its code (fenced, or tool
+output) and its calls, as blocks the layout lays out (`renderers.Block`)."""
+
+from __future__ import annotations
+
+import re
+
+from .renderers import Block
+from .turns import Turn
+
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
+
+
+# What a page shows of a turn that stays text in place (`TurnIndex.note`): its header and where
+# its text is, since the pages are read in order and it sits between them.
+IN_PLACE = " \u2192 after page"
+
+
+def short_id(call_id: str) -> str:
+    """A tool call's id as a page shows it: enough to pair a call with its result on the pages
+    around it ("…kiZ1" for toolu_01W9LCHJ6mYamqQfjEYBkiZ1); the transcript keeps the whole id, and
+    a call and its result always follow each other on the pages."""
+    return call_id if len(call_id) <= 8 else "\u2026" + call_id[-4:]
+
+
+def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
+    """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls;
+    only the header, saying where its text is, for a turn that stays text `in_place`."""
+    role = "tool result" if turn.role == "tool" else turn.role
+    head = f"#{turn.id} {role.upper()}" if turn.id is not None else role.upper()
+    if turn.name:
+        head += f" \u00b7 {turn.name}"
+    if turn.tool_call_id:
+        head += f" [{short_id(turn.tool_call_id)}]"
+    if in_place:
+        return [Block(head + IN_PLACE, "header")]
+    blocks = [Block(head, "header")]
+    text = turn.text
+    if turn.role == "tool":
+        if text:
+            blocks.append(Block(text, "code"))
+    else:
+        pos = 0
+        for m in _FENCE.finditer(text):
+            if m.start() > pos:
+                blocks.append(Block(text[pos:m.start()].strip("\n"), "text"))
+            blocks.append(Block(m.group(1).rstrip("\n"), "code"))
+            pos = m.end()
+        if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
+            blocks.append(Block(text[pos:].strip("\n"), "text"))
+    for call in turn.tool_calls:
+        blocks.append(Block(f"call {call.function.name}({call.function.arguments}) [{short_id(call.id)}]", "code"))
+    return blocks
