@@ -11,6 +11,12 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 side-by-side run; `after` (the default): as they are. `--render FILE`: every memory's pages at
 that RenderConfig (a geometry to try).
 
+`--rule lindy`: the paid-compaction rule replaced by one expected value (issue "The bill,
+promised"): the calls still to come from a Pareto (Lindy) prior on session lengths, its one
+parameter fitted by maximum likelihood on the lengths of the even-numbered sessions (by name),
+counted up to the budget as `horizon` and `first_horizon` are, no `margin`, `risk` the one hedge.
+`--halves`: the totals over the even- and odd-numbered sessions too (fit on one, judge on the other).
+
 `--no-words`: the person's words drawn on pages like any other turn (as before "Pages the model
 can open"; the proxy's `--no-words`), to price keeping them as text.
 
@@ -53,6 +59,34 @@ def _pages(render: Any = None) -> None:
         images.ENCODING.update({"format": "PNG", "compress_level": 1})
         optictx.export.MEDIA_TYPE = "image/png"  # type: ignore[misc]
     optictx.memory.as_render = lambda given, vision=None, budget=None: given or render  # type: ignore[assignment]
+
+
+def _lindy(files: list[str]) -> float:
+    """The Pareto tail index of the even-numbered sessions' lengths in calls (maximum likelihood),
+    and `prefix._gain` replaced by the expected value it gives, in this process and its workers."""
+    import math
+
+    import optictx.prefix as prefix
+
+    lengths = [len(load_session(f).calls) for f in sorted(files)[::2]]
+    alpha = len(lengths) / sum(math.log(n / min(lengths)) for n in lengths)
+
+    def expected_calls(n: float, cap: float) -> float:  # the integral of (n / (n + r)) ** alpha over [0, cap]
+        if math.isinf(cap):
+            return math.inf if alpha <= 1 else n / (alpha - 1)
+        if abs(alpha - 1) < 1e-9:
+            return n * math.log1p(cap / n)
+        return n / (1 - alpha) * ((1 + cap / n) ** (1 - alpha) - 1)
+
+    def gain(pricing: Any, policy: Any, state: Any, append: Any, cand: Any, cost_append: float, cost_cand: float,
+             limit: int) -> float:
+        growth = (append.tokens - state.base) / max(1, state.since)
+        ahead = expected_calls(max(1, state.calls), (limit - append.tokens) / growth if growth > 0 else math.inf)
+        saved = pricing.steady(append.tokens) - pricing.steady(cand.tokens)
+        return 0.0 if saved <= 0 else 1e18 if math.isinf(ahead) else ahead * saved - (cost_cand - cost_append)
+
+    prefix._gain = gain  # type: ignore[assignment]
+    return alpha
 
 
 def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool]) -> dict[str, Any]:
@@ -118,7 +152,12 @@ def main() -> None:
     ap.add_argument("--pages", choices=["before", "after"], default="after",
                     help="optictx's pages as they are (after), or as they were (before)")
     ap.add_argument("--render", help="a RenderConfig JSON file every memory draws its pages at (a geometry to try)")
+    ap.add_argument("--rule", choices=["today", "lindy"], default="today", help="the paid-compaction rule")
+    ap.add_argument("--halves", action="store_true", help="totals over even- and odd-numbered sessions too")
     args = ap.parse_args()
+    if args.rule == "lindy":
+        files = [str(p) for corpus in args.corpora for p in Path(corpus).glob("*.jsonl")]
+        print(f"Lindy prior: alpha {_lindy(files):.3f}, fitted on the even-numbered sessions' lengths")
     if args.pages == "before":
         _pages()
     elif args.render:
@@ -134,6 +173,10 @@ def main() -> None:
                                                               args.words))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
+                if args.halves:
+                    for name, half in (("even", rows[::2]), ("odd", rows[1::2])):
+                        p, o = sum(r["passthrough"] for r in half), sum(r["optictx"] for r in half)
+                        print(f"- {name}-numbered sessions: {o / p:.3f}x, worst {max(r['ratio'] for r in half)}")
             if args.pxpipe:
                 rows = _balanced(pool, _pxpipe, files, (args.pxpipe,))
                 results[f"{Path(corpus).name}:pxpipe"] = rows

@@ -84,13 +84,36 @@ def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, hand
             "read pages": len(next(iter(scores.values()), []))}
 
 
+def show(session: Path, folder: Path) -> None:
+    """The page holding turn 30 in each arm, at TINY, as the model gets it: the old page whole,
+    the new one cropped to the same pixels (its text is the same size)."""
+    turns = [t.model_copy(update={"id": i}) for i, t in enumerate(jsonl_corpus(session))]
+    folder.mkdir(parents=True, exist_ok=True)
+    side = None
+    for name in ("before", "handles"):
+        config, _, handled = ARMS[name]
+        layout = Layout(config)
+        packer = Packer(layout, get_tokenizer(), handle=partial(handles.handle, "00" * 16) if handled else None)
+        for t in turns:
+            packer.add(t)
+        page = next(p for p in packer.sealed if 30 in p.turn_ids)
+        img = PageImages(layout).at(page, Tier.TINY)
+        side = side or img.width
+        img.crop((0, 0, side, side)).save(folder / f"page_{name}.png", optimize=True)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("corpora", nargs="+", help="folders of .jsonl sessions")
     ap.add_argument("--sessions", type=int, help="the first N sessions of each corpus (default all)")
     ap.add_argument("--every", type=int, default=5, help="encode every Nth page for its bytes (default 5)")
     ap.add_argument("--read", type=int, default=0, help="pages per corpus to read back (default none)")
+    ap.add_argument("--show", help="write the page that shows turn 30 of the first corpus's first session, "
+                    "before and with handles, at TINY (the second cropped to the first's size) into this folder")
     args = ap.parse_args(argv)
+    if args.show:
+        show(next(iter(sorted(Path(args.corpora[0]).glob("*.jsonl")))), Path(args.show))
+        return
     readers = {}
     if args.read:
         from optictx.models import ReflexReader
