@@ -2,7 +2,7 @@
 run drawn above (the same file read twice, the same test output) is drawn as one line that says
 where the copy is: "= 28 lines, #12: def total(items):" (the copy's turn and its first line) for
 a copy on the same page, "= 28 lines, k7m3pdxaw #12: def total(items):" for one on an earlier
-page, named by its handle (where the column has room for that; `packer.Across`). A run is whole
+page, named by its handle (where the column has room for that: `names_pages`). A run is whole
 source lines: it never starts or ends between a line and its continuation.
 
 A page is sent whole or not at all, so a copy on the same page is always in the context with its
@@ -72,18 +72,19 @@ Count = Callable[[str], int]
 
 
 class Across:
-    """Every sealed page's lines in order, and where a run may start among them
-    (`repeats.remember`): what a reference to another page points into. It only grows; a view
+    """Every sealed page's lines in order, and where a run may start among them (`remember`),
+    numbered from `base`: what a reference to another page points into. It only grows; a view
     reads the first `upto` lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: int = 0) -> None:
+        self.base = base
         self.lines: list[Any] = []  # `packer.Entry`
         self.where: list[tuple[int, int]] = []  # each line's page index and place on it
         self.index: dict[str, list[int]] = {}
 
     def extend(self, page: Any) -> None:  # a sealed `packer.Page`
         for k, e in enumerate(page.entries):
-            remember(self.index, e.line.text, len(self.lines), e.line.style)
+            remember(self.index, e.line.text, self.base + len(self.lines), e.line.style)
             self.lines.append(e)
             self.where.append((page.index, k))
 
@@ -91,8 +92,7 @@ class Across:
 def names_pages(layout: Layout) -> bool:
     """Whether a reference to another page fits this layout's column: its handle, the counts,
     and the least of the copy's start worth quoting (narrow columns refer within a page only)."""
-    probe = reference(99, 9_999, "x" * MIN_ANCHOR, layout.config.line_height,
-                              "x" * handles.LENGTH)
+    probe = reference(99, 9_999, "x" * MIN_ANCHOR, layout.config.line_height, "x" * handles.LENGTH)
     return layout.config.repeats and layout.measure("code")(probe.text) <= layout.config.text_width
 
 
@@ -104,29 +104,24 @@ class Behind:
 
     def __init__(self, across: Across, upto: int) -> None:
         self.across, self.upto = across, upto
-        self.more: list[Any] = []
-        self.more_where: list[tuple[int, int]] = []
-        self.index: dict[str, list[int]] = {}
+        self.more = Across(upto)  # the pages this fill sealed
 
     def __len__(self) -> int:
-        return self.upto + len(self.more)
+        return self.upto + len(self.more.lines)
 
     def __getitem__(self, at: int) -> Any:
-        return self.across.lines[at] if at < self.upto else self.more[at - self.upto]
+        return self.across.lines[at] if at < self.upto else self.more.lines[at - self.upto]
 
     def get(self, text: str, default: Sequence[int] = ()) -> list[int]:
-        """The latest places a run may start with this line (`repeats.run_at` reads it as its index)."""
-        mine = self.index.get(text, [])
+        """The latest places a run may start with this line (`run_at` reads it as its index)."""
+        mine = self.more.index.get(text, [])
         older = self.across.index.get(text, default)
         k = bisect.bisect_left(older, self.upto)  # in order: those of lines this view has
         return [*older[max(0, k - CANDIDATES + len(mine)):k], *mine]
 
     def where(self, at: int) -> tuple[int, int]:
         """The line's page index and place on it."""
-        return self.across.where[at] if at < self.upto else self.more_where[at - self.upto]
+        return self.across.where[at] if at < self.upto else self.more.where[at - self.upto]
 
     def extend(self, page: Any) -> None:  # a sealed `packer.Page`
-        for k, e in enumerate(page.entries):
-            remember(self.index, e.line.text, len(self), e.line.style)
-            self.more.append(e)
-            self.more_where.append((page.index, k))
+        self.more.extend(page)
