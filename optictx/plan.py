@@ -121,6 +121,8 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
             if fitted.again_tokens <= again:
                 break
             again = fitted.again_tokens
+        else:  # no fit with room for them: every page goes (then nothing refers to a page not sent)
+            fitted = fitted.with_tiers([Tier.GONE] * len(pages))
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
