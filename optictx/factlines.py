@@ -132,7 +132,9 @@ def with_factsheet(plan: Plan, limit: int, factsheet: Factsheet, facts: TurnFact
             raise ConfigError(f"{fitter!r}.fit returned None for a room >= 0; a Fitter must then drop pages")
         dropped = plan.actual.count(Tier.GONE)
         demoted = plan.with_tiers(tiers)
-        # Not where a page dropped brings lines a kept page refers to back as text past the budget.
+        # Not where a page dropped brings lines a kept page refers to back as text past the budget:
+        # the factsheet is an extra, so it takes less room rather than refit (`Plan.refit` would
+        # may then drop every page that refers to the one it pushed out).
         if demoted.tokens <= limit:
             plan = demoted
             if plan.actual.count(Tier.GONE) > dropped:

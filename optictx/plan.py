@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .budget import Budget
 from .cost import CostModel
@@ -111,18 +112,10 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
         pages = [*snap.pack.sealed, *snap.pack.preview(snap.recent[:cut])]
         costs = price_pages(pages, snap, cost)
         want = ladder_tiers(costs, policy.ladder, unsealed=len(pages) - len(snap.pack.sealed))
-        room, again = limit - other - (caption if pages else 0), 0
-        for _ in range(len(pages) + 1):  # room for the lines written again where a referred page is dropped
-            tiers = fit(want, costs, room - again, policy.fitter)
-            tiers = cap_images(tiers, costs, None if image_cap is None else image_cap - native)
-            if policy.sticky:
-                tiers = never_sharper(tiers, snap.last_tiers)
-            fitted = Plan(cut, pages, tiers, costs, other, caption, left_out=tuple(sorted(gone)), count=snap.count)
-            if fitted.again_tokens <= again:
-                break
-            again = fitted.again_tokens
-        else:  # no fit with room for them: every page goes (then nothing refers to a page not sent)
-            fitted = fitted.with_tiers([Tier.GONE] * len(pages))
+        cap = None if image_cap is None else image_cap - native
+        tiers_for = partial(_fitted_tiers, want, costs, policy, cap, snap.last_tiers)
+        unfitted = Plan(cut, pages, want, costs, other, caption, left_out=tuple(sorted(gone)), count=snap.count)
+        fitted = unfitted.refit(tiers_for, limit - other - (caption if pages else 0))
         if policy.factsheet is None or snap.facts is None:
             return fitted
         return with_factsheet(fitted, limit, policy.factsheet, snap.facts, policy.fitter, snap.recent, snap.count)
@@ -132,6 +125,14 @@ def plan(snap: Snapshot, budget: Budget, cost: CostModel, policy: Policy) -> Pla
     raise BudgetError(
         f"the context needs at least {needed} tokens for system, pinned and in-place turns, but the budget "
         f"allows {limit}: short by {short}. Raise the budget or unpin turns.", shortfall=short)
+
+
+def _fitted_tiers(want: Sequence[Tier], costs: Sequence[PageCost], policy: Policy, cap: int | None,
+                  last: Sequence[Tier], room: int) -> list[Tier]:
+    """The tiers the fitter gives within `room`, at most `cap` images, none sharper than `last`
+    time where tiers are sticky."""
+    tiers = cap_images(fit(want, costs, room, policy.fitter), costs, cap)
+    return never_sharper(tiers, last) if policy.sticky else tiers
 
 
 def give_way(snap: Snapshot, room: int, cost: CostModel) -> frozenset[int]:

@@ -72,6 +72,18 @@ class Plan:
         return {tid: i for i, (p, t) in enumerate(zip(self.pages, self.actual)) if t.is_image and p.sealed
                 for tid in p.turn_ids}
 
+    def refit(self, tiers_for: Callable[[int], list[Tier]], room: int) -> Plan:
+        """The plan with `tiers_for(room)` less the room the lines written again then take
+        (`again`), asked again until they fit; every page dropped when no fit leaves room for
+        them (nothing then refers to a page not sent)."""
+        held = 0
+        for _ in range(len(self.pages) + 1):
+            fitted = self.with_tiers(tiers_for(room - held))
+            if fitted.again_tokens <= held:
+                return fitted
+            held = fitted.again_tokens
+        return self.with_tiers([Tier.GONE] * len(self.pages))
+
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
                     drawn=self.drawn, left_out=self.left_out, count=self.count)

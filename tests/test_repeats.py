@@ -161,6 +161,8 @@ def test_a_reference_to_a_page_not_sent_is_written_again_after_its_page():
                 at_page, at = e.source
                 lines = [x.line.text for x in pages[at_page].entries[at : at + e.covers]]
                 assert e.line.text + " (page " in text and "\n".join(lines) in text
+                named = e.line.text.split(", ", 1)[1].split(" ", 1)[0]  # the handle the reference names
+                assert named == pages[at_page].handle and lines[0].strip() in mem.recall(named).text
     assert seen, "some budget dropped a page another sent page refers to"
 
 
