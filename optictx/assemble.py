@@ -37,7 +37,7 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
         segs.append(TextSegment("caption", text.strip(), plan.caption_tokens))
     factsheet(-1)
     in_place = [t for t in snap.in_place(plan.cut) if t.id not in plan.left_out]
-    master = snap.pack.layout.config.size
+    master = snap.pack.layout.config.master
 
     def inline(before: int | None) -> None:  # the turns in place with ids below `before` (None: all)
         while in_place and (before is None or in_place[0].id < before):  # type: ignore[operator]

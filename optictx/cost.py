@@ -38,15 +38,15 @@ class CostModel:
         """Counts the consumer's text tokens; cl100k_base (offline) unless a subclass knows better."""
         return get_tokenizer()
 
-    def tier_size(self, tier: Tier, master: int = MASTER) -> tuple[int, int]:
-        """The image size of a page drawn `master` px square, at `tier`."""
-        side = tier.side_at(master)
-        if side is None:
+    def tier_size(self, tier: Tier, master: int | tuple[int, int] = MASTER) -> tuple[int, int]:
+        """The image size at `tier` of a page drawn `master` px (square where one number)."""
+        size = tier.size_at((master, master) if isinstance(master, int) else master)
+        if size is None:
             raise ConfigError(f"{tier.name} is not an image tier")
-        return side, side
+        return size
 
-    def page_tokens(self, tier: Tier, master: int = MASTER) -> int:
-        """Decoder tokens for one square page at `tier` (a page drawn `master` px square)."""
+    def page_tokens(self, tier: Tier, master: int | tuple[int, int] = MASTER) -> int:
+        """Decoder tokens for one page at `tier` (a page drawn `master` px, square where one number)."""
         return self.image_tokens(tier, self.tier_size(tier, master))
 
     @property
@@ -236,6 +236,11 @@ class QwenVL(CostModel):
 # as much, counts once against the 100 images a request may carry, and its five columns are 39
 # characters wide, where most code lines fit (BENCHMARKS.md, "Pages that keep a program's shape").
 PIXEL_PRICED = RenderConfig(size=2730, margin=48, columns=5, gutter=40, tokens_per_page=5000)
+# Pages for a consumer that prices 512-px tiles after fitting 2048 px and scaling the short side
+# down to 768 (OpenAI, "Calculating costs" in its vision guide): drawn 1280 x 5120 with today's
+# glyphs, so TINY is 512 x 2048, four tiles and one base charge (765 tokens on gpt-4o) for the
+# text of four 512-px pages (255 each), in two columns of 47 characters where four of 22 were.
+TILE_PRICED = RenderConfig(height=5120, columns=2, tokens_per_page=4400)
 
 
 @dataclass(frozen=True)
@@ -268,11 +273,12 @@ PROFILES: MappingProxyType[str, VisionProfile] = MappingProxyType({p.name: p for
     VisionProfile(DeepSeekOCR2("deepseek-ocr-2"), ("deepseek-ocr-2", "deepseek-ocr2")),
     # OpenAI vision guide, "Calculating costs" (tiles). Cached input: 0.5x (gpt-4o), 0.25x
     # (gpt-4.1), 0.1x (gpt-5), so each has its own name.
-    VisionProfile(OpenAITiles("openai:gpt-4o"), ("gpt-", "chatgpt", "o1", "o3"), cache="openai:gpt-4o"),
+    VisionProfile(OpenAITiles("openai:gpt-4o"), ("gpt-", "chatgpt", "o1", "o3"), cache="openai:gpt-4o",
+                  render=TILE_PRICED),
     VisionProfile(OpenAITiles("openai:gpt-4o:low", detail="low"), cache="openai:gpt-4o"),
-    VisionProfile(OpenAITiles("openai:gpt-4.1"), ("gpt-4.1",), cache="openai:gpt-4.1"),
+    VisionProfile(OpenAITiles("openai:gpt-4.1"), ("gpt-4.1",), cache="openai:gpt-4.1", render=TILE_PRICED),
     # GPT-5 family: priced as gpt-4o's tiles (an assumption: not checked against OpenAI's table here)
-    VisionProfile(OpenAITiles("openai:gpt-5"), ("gpt-5",), cache="openai:gpt-5"),
+    VisionProfile(OpenAITiles("openai:gpt-5"), ("gpt-5",), cache="openai:gpt-5", render=TILE_PRICED),
     # OpenAI vision guide, patch-based image tokenization (multipliers 1.62 and 2.46); nano and
     # o4-mini names are priced as mini (the cheaper guess of the two)
     VisionProfile(OpenAIPatches("openai:gpt-4.1-mini", multiplier=1.62), ("gpt-4.1-mini", "gpt-4.1-nano", "o4-mini"),

@@ -55,7 +55,7 @@ class PageImages:
         if not tier.is_image:
             raise ConfigError(f"{tier.name} has no image")
         cfg = self.layout.config
-        if cfg.greys >= 256 and tier.side_at(cfg.size) == cfg.size:
+        if cfg.greys >= 256 and tier.size_at(cfg.master) == cfg.master:
             return self.master(page)
         key = (page.digest, tier)
         img = self._cache.get(key)
@@ -66,10 +66,10 @@ class PageImages:
 
     def boxes(self, page: Page, tier: Tier) -> list[tuple[int, int, int, int]]:
         """Every line's box on the page's image at `tier`, in that image's pixels (for readers)."""
-        side = tier.side_at(self.layout.config.size)
-        if side is None:
+        size = tier.size_at(self.layout.config.master)
+        if size is None:
             raise ConfigError(f"{tier.name} has no image")
-        f = side / self.layout.config.size
+        f = size[0] / self.layout.config.size
         return [(round(x0 * f), round(y0 * f), round(x1 * f), round(y1 * f))
                 for x0, y0, x1, y1 in (b.box for b in line_boxes(page.lines, self.layout))]
 

@@ -201,7 +201,7 @@ def price_pages(pages: Sequence[Page], snap: Snapshot, cost: CostModel) -> list[
     sealed = len(snap.pack.sealed)
     floors = [*(snap.floors or [Tier.GONE] * sealed), *[Tier.GONE] * (len(pages) - sealed)]
     tokens = [p.tokens if p.tokens is not None else snap.count(p.text) for p in pages]
-    return page_costs(tokens, cost, floors, snap.pack.layout.config.size)
+    return page_costs(tokens, cost, floors, snap.pack.layout.config.master)
 
 
 def fit(tiers: Sequence[Tier], costs: Sequence[PageCost], room: int, fitter: Fitter) -> list[Tier]:

@@ -258,7 +258,7 @@ def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapsho
         return None
     pages = list(sealed[: len(state.pages)])
     tiers = [t for _, t in state.pages]
-    costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.size)
+    costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.master)
     other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
     caption = snap.count(snap.caption)
     return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False, count=snap.count)

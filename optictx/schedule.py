@@ -100,8 +100,9 @@ def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...], floor: 
 
 
 def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Tier] | None = None,
-               master: int = MASTER) -> list[PageCost]:
-    """Cost tables for pages of these text sizes (and gate floors), drawn `master` px square;
+               master: int | tuple[int, int] = MASTER) -> list[PageCost]:
+    """Cost tables for pages of these text sizes (and gate floors), drawn `master` px (square
+    where one number);
     equal ones share one table."""
     # An image page is sent with its label beside it (`handles.label`), planned at its most.
     per_tier = tuple((t, model.page_tokens(t, master) + LABEL_TOKENS) for t in IMAGE_TIERS)  # the same for all

@@ -28,12 +28,15 @@ class Tier(str, Enum):
         modes); None for TEXT and GONE."""
         return _SIDE.get(self)
 
-    def side_at(self, master: int) -> int | None:
-        """Side in px of this tier's image of a page drawn `master` px square: the same scale as
-        at 1280 (a page drawn larger, for a consumer that prices pixels, shrinks by the same
-        factors, so its text reads the same at each tier); None for TEXT and GONE."""
+    def size_at(self, master: tuple[int, int]) -> tuple[int, int] | None:
+        """(width, height) in px of this tier's image of a page drawn `master` px: the same scale
+        as at 1280 square (a page drawn larger or taller, for a consumer that prices pixels or
+        tiles, shrinks by the same factors, so its text reads the same at each tier); None for
+        TEXT and GONE."""
         side = _SIDE.get(self)
-        return None if side is None else side if master == MASTER else round(master * side / MASTER)
+        if side is None:
+            return None
+        return tuple(m if side == MASTER else round(m * side / MASTER) for m in master)  # type: ignore[return-value]
 
     @property
     def is_image(self) -> bool:
@@ -75,19 +78,19 @@ def tier_image(
     (640 -> 512, 1280 -> 1024) bilinear: Tesseract reads them as well as direct Lanczos at a
     fraction of the time (BENCHMARKS.md, "Building a 100k-token memory").
     """
-    side = tier.side_at(master.width)
-    if side is None:
+    size = tier.size_at(master.size)
+    if size is None:
         raise ConfigError(f"tier {tier.name} has no image; image tiers: {[t.name for t in IMAGE_TIERS]}")
-    if master.size == (side, side):
+    if master.size == size:
         return greys(master, levels)
     if downscale in _FILTERS:
-        img = master.resize((side, side), _FILTERS[downscale])
+        img = master.resize(size, _FILTERS[downscale])
     else:
-        img, factor = master, master.width // side
-        if factor >= 2 and master.width == master.height:
+        img, factor = master, master.width // size[0]
+        if factor >= 2 and master.height // size[1] == factor:
             img = master.reduce(factor)
-        if img.size != (side, side):
-            img = img.resize((side, side), Image.Resampling.BILINEAR)
+        if img.size != size:
+            img = img.resize(size, Image.Resampling.BILINEAR)
     if gamma != 1.0:
         img = img.point([round(255 * (v / 255) ** gamma) for v in range(256)] * len(img.getbands()))
     return greys(img, levels)

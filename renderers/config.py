@@ -24,7 +24,10 @@ class RenderConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    size: int = Field(1280, ge=256, le=4096, description="master page side in px (square)")
+    size: int = Field(1280, ge=256, le=4096, description="master page width in px (and height, unless `height`)")
+    # A page taller than wide, for a consumer that prices tiles (OpenAI: a 512 x 2048 page is four
+    # 512-px tiles, one base charge for four tiles' text). None: square.
+    height: int | None = Field(None, ge=256, le=16384, description="master page height in px (None: `size`)")
     margin: int = Field(24, ge=0, le=256)
     # 21 px fills a ~1,100-token prose page (four columns) and still reads at SMALL and TINY
     # (BENCHMARKS.md, "Text density", "Denser pages").
@@ -99,8 +102,13 @@ class RenderConfig(BaseModel):
         return self.margin + column * (self.text_width + self.gutter)
 
     @property
+    def master(self) -> tuple[int, int]:
+        """The master page's (width, height) in px."""
+        return self.size, self.height or self.size
+
+    @property
     def text_height(self) -> int:
-        return self.size - 2 * self.margin
+        return self.master[1] - 2 * self.margin
 
     @classmethod
     def load(cls, path: str | Path) -> RenderConfig:
@@ -123,5 +131,8 @@ class RenderConfig(BaseModel):
 def _digest(config: RenderConfig) -> str:
     # Not a cached_property: `model_copy(update=...)` copies the instance dict, and with it a
     # cached digest of the settings it was copied from.
-    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True).encode()
+    # A square page leaves `height` out, so its digest (and every stored page keyed by it) is
+    # what it was before pages could be tall.
+    blob = json.dumps(config.model_dump(mode="json", exclude={"height"} if config.height is None else None),
+                      sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

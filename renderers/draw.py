@@ -101,8 +101,9 @@ def line_boxes(lines: Sequence[Line], layout: Layout) -> list[LineBox]:
     def reach(line: Line) -> int:
         return max(line.height, layout.ink_bottom(line.style)) if line.text else line.height
 
-    return [LineBox(line.text, line.style, (max(0, x - side), y, min(cfg.size, x + cfg.text_width + side),
-                                            min(cfg.size, y + reach(line))))
+    width, height = cfg.master
+    return [LineBox(line.text, line.style, (max(0, x - side), y, min(width, x + cfg.text_width + side),
+                                            min(height, y + reach(line))))
             for line, (x, y) in zip(lines, _places(lines, cfg))]
 
 
@@ -122,10 +123,10 @@ def _hook(draw: ImageDraw.ImageDraw, x: int, y: int, line: Line, layout: Layout)
 
 
 def draw_page(lines: Sequence[Line], layout: Layout) -> tuple[Image.Image, list[LineBox]]:
-    """Draw `lines` top to bottom on a white square page; raises RenderError if they overflow."""
+    """Draw `lines` top to bottom on a white page; raises RenderError if they overflow."""
     cfg: RenderConfig = layout.config
     boxes = line_boxes(lines, layout)
-    img = Image.new("L", (cfg.size, cfg.size), 255)
+    img = Image.new("L", cfg.master, 255)
     draw = ImageDraw.Draw(img)
     for line, (x, y) in zip(lines, _places(lines, cfg)):
         if line.style == "header":

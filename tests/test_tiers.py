@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from optictx import Budget, Memory, Tier
+from optictx.renderers import RenderConfig
 from optictx.tiers import IMAGE_TIERS, gundam_views, tier_image
 
 
@@ -32,6 +33,38 @@ def test_tier_images_are_derived_from_the_master_and_cached():
     assert mem.images.renders == 1  # one master draw served every tier
     with pytest.raises(ValueError, match="no image"):
         tier_image(mem.images.master(page), Tier.TEXT)
+
+
+CODE = "\n".join(f"    def handler_{i:03d}(self, request):  # route {i}\n        return self.reply(request, {i})"
+                 for i in range(160))
+
+
+@pytest.mark.parametrize("vision", ["openai:gpt-4o", "openai:gpt-4.1", "openai:gpt-5"])
+def test_a_tile_priced_model_gets_tall_pages_of_four_tiles_with_wide_columns(vision):
+    """OpenAI prices an image by 512-px tiles after fitting it in 2048 px and scaling its short
+    side to 768, plus one base charge (its vision guide): a 512 x 2048 page is four tiles, 85 +
+    4 x 170 = 765 tokens, where four 512-px pages cost 4 x (85 + 170) = 1,020 for the same pixels.
+    Its pages come that shape at TINY, and a 50-character line of code is drawn whole on one line
+    (a square page's 22-character columns cut it)."""
+    mem = Memory(keep_recent=2, budget=40_000, vision=vision)
+    for i in range(12):
+        mem.add({"role": "user", "content": f"read routes part {i}"})
+        mem.add({"role": "assistant", "content": CODE.replace("route ", f"route {i}.")})
+    ctx = mem.context()
+    pages = [p for p in ctx.pages if p.tier.is_image]
+    assert pages and {p.image_at(p.tier).size for p in pages} == {(512, 2048)}
+    assert {ctx.vision.image_tokens(p.tier, (512, 2048)) for p in pages} == {765}
+    line = "    def handler_017(self, request):  # route 3.17"
+    assert len(line) > 2 * 22
+    assert any(line == drawn.text for p in pages for drawn in p.page.lines)
+    square = Memory(keep_recent=2, budget=40_000, vision=vision, render=RenderConfig())
+    for t in mem.transcript():
+        square.add(t)
+    lines = [drawn.text for p in square.pages for drawn in p.lines]
+    assert line not in lines and "    def handler_017(self," in lines  # wrapped between tokens there
+    # A square page's settings hash as they did before pages could be tall (recorded then), so
+    # pages stored under them are not drawn again.
+    assert RenderConfig().digest == "ef2139772b2eae7e" and RenderConfig(height=1280).digest != RenderConfig().digest
 
 
 def test_gundam_views_are_2x2_tiles_plus_global():

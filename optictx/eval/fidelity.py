@@ -204,7 +204,7 @@ def measure(reader: CachedReader, *, densities: Sequence[int] = (600, 800, 1000,
                 t0 = time.perf_counter()
                 read = images.read(reader, got, tier)
                 secs = (time.perf_counter() - t0) / len(got)
-                master = layout.config.size
+                master = layout.config.master
                 paper, pos = model.paper_tokens(tier, model.tier_size(tier, master)), model.page_tokens(tier, master)
                 recall = [r for r in map(_number_recall, truth, read) if not math.isnan(r)]
                 cells.append(Cell(
