@@ -15,8 +15,8 @@ Three arms for Claude (the default), each on every session of each corpus, packe
 
 Two for OpenAI's tile-priced models (`--vision openai:gpt-4o`, gpt-4.1 or gpt-5), both packed as
 a memory packs: `square`, the 1280-px pages of four 22-character columns they got before, sent
-at TINY (512 x 512, one tile); `tall`, `cost.TILE_PRICED` (1280 x 5120 in two 47-character
-columns, sent at TINY: 512 x 2048, four tiles and one base charge).
+at TINY (512 x 512, one tile); `tall`, `cost.TILE_PRICED` (1280 x 2560 in two 47-character
+columns, sent at TINY: 512 x 1024, two tiles and one base charge).
 
 Reported per corpus and arm: what the layout keeps of the code's shape (`eval/structure.py`:
 identifiers, numbers and paths drawn whole, indented lines whose indentation is drawn on every

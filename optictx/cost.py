@@ -237,10 +237,13 @@ class QwenVL(CostModel):
 # characters wide, where most code lines fit (BENCHMARKS.md, "Pages that keep a program's shape").
 PIXEL_PRICED = RenderConfig(size=2730, margin=48, columns=5, gutter=40, tokens_per_page=5000)
 # Pages for a consumer that prices 512-px tiles after fitting 2048 px and scaling the short side
-# down to 768 (OpenAI, "Calculating costs" in its vision guide): drawn 1280 x 5120 with today's
-# glyphs, so TINY is 512 x 2048, four tiles and one base charge (765 tokens on gpt-4o) for the
-# text of four 512-px pages (255 each), in two columns of 47 characters where four of 22 were.
-TILE_PRICED = RenderConfig(height=5120, columns=2, tokens_per_page=4400)
+# down to 768, plus one base charge per image (OpenAI, "Calculating costs" in its vision guide):
+# drawn 1280 x 2560 with today's glyphs, so TINY is 512 x 1024, two tiles and one base charge
+# (425 tokens on gpt-4o) for the text of two 512-px pages (510), in two columns of 47 characters
+# where four of 22 were. Four tiles tall (512 x 2048) is cheaper per tile still, but a page that
+# holds twice as much seals twice as late, and short sessions then compact later and pay more
+# (BENCHMARKS.md, "Tall pages for OpenAI").
+TILE_PRICED = RenderConfig(height=2560, columns=2, tokens_per_page=2200)
 
 
 @dataclass(frozen=True)

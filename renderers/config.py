@@ -25,8 +25,8 @@ class RenderConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     size: int = Field(1280, ge=256, le=4096, description="master page width in px (and height, unless `height`)")
-    # A page taller than wide, for a consumer that prices tiles (OpenAI: a 512 x 2048 page is four
-    # 512-px tiles, one base charge for four tiles' text). None: square.
+    # A page taller than wide, for a consumer that prices tiles (OpenAI: a 512 x 1024 page is two
+    # 512-px tiles and one base charge, for two tiles' text). None: square.
     height: int | None = Field(None, ge=256, le=16384, description="master page height in px (None: `size`)")
     margin: int = Field(24, ge=0, le=256)
     # 21 px fills a ~1,100-token prose page (four columns) and still reads at SMALL and TINY

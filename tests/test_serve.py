@@ -616,7 +616,7 @@ def test_pages_are_drawn_ahead_so_the_compaction_that_sends_them_draws_none(prox
     sealed = [p for p in conv.memory.pages if p.sealed]
     drawn = conv.memory.images.renders
     assert sealed and drawn == len(sealed)  # each sealed page drawn once, ahead
-    # Room for two of the tall pages this memory draws for gpt-4o (`cost.TILE_PRICED`, 765 tokens each).
+    # Room for the tall pages this memory draws for gpt-4o (`cost.TILE_PRICED`, 425 tokens each).
     tight = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:150],
                                                             extra_headers={"x-optictx-budget": "6000"})
     assert tight.headers["x-optictx-event"] == "first" and _images_openai(upstream.last("/v1/chat/completions")

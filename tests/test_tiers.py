@@ -40,10 +40,10 @@ CODE = "\n".join(f"    def handler_{i:03d}(self, request):  # route {i}\n       
 
 
 @pytest.mark.parametrize("vision", ["openai:gpt-4o", "openai:gpt-4.1", "openai:gpt-5"])
-def test_a_tile_priced_model_gets_tall_pages_of_four_tiles_with_wide_columns(vision):
+def test_a_tile_priced_model_gets_tall_pages_of_two_tiles_with_wide_columns(vision):
     """OpenAI prices an image by 512-px tiles after fitting it in 2048 px and scaling its short
-    side to 768, plus one base charge (its vision guide): a 512 x 2048 page is four tiles, 85 +
-    4 x 170 = 765 tokens, where four 512-px pages cost 4 x (85 + 170) = 1,020 for the same pixels.
+    side to 768, plus one base charge (its vision guide): a 512 x 1024 page is two tiles, 85 +
+    2 x 170 = 425 tokens, where two 512-px pages cost 2 x (85 + 170) = 510 for the same pixels.
     Its pages come that shape at TINY, and a 50-character line of code is drawn whole on one line
     (a square page's 22-character columns cut it)."""
     mem = Memory(keep_recent=2, budget=40_000, vision=vision)
@@ -52,8 +52,8 @@ def test_a_tile_priced_model_gets_tall_pages_of_four_tiles_with_wide_columns(vis
         mem.add({"role": "assistant", "content": CODE.replace("route ", f"route {i}.")})
     ctx = mem.context()
     pages = [p for p in ctx.pages if p.tier.is_image]
-    assert pages and {p.image_at(p.tier).size for p in pages} == {(512, 2048)}
-    assert {ctx.vision.image_tokens(p.tier, (512, 2048)) for p in pages} == {765}
+    assert pages and {p.image_at(p.tier).size for p in pages} == {(512, 1024)}
+    assert {ctx.vision.image_tokens(p.tier, (512, 1024)) for p in pages} == {425}
     line = "    def handler_017(self, request):  # route 3.17"
     assert len(line) > 2 * 22
     assert any(line == drawn.text for p in pages for drawn in p.page.lines)
