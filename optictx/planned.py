@@ -61,6 +61,11 @@ class Plan:
         return out
 
     @cached_property
+    def shown(self) -> int:
+        """Pages sent, as images or text."""
+        return sum(t is not Tier.GONE for t in self.tiers)
+
+    @cached_property
     def again_tokens(self) -> int:
         return sum(map(self.count, self.again.values())) if self.again and self.count else 0
 
@@ -74,15 +79,31 @@ class Plan:
 
     def refit(self, tiers_for: Callable[[int], list[Tier]], room: int) -> Plan:
         """The plan with `tiers_for(room)` less the room the lines written again then take
-        (`again`), asked again until they fit; every page dropped when no fit leaves room for
-        them (nothing then refers to a page not sent)."""
-        held = 0
+        (`again`), asked again until they fit. Where that does not settle (each fit drops pages
+        whose lines the pages after them then need written again: a conversation that repeats
+        itself), the newest pages of the first fit, as many as fit with the lines they need
+        written again (at worst none, and nothing then refers to a page not sent)."""
+        held, settled = 0, None
         for _ in range(len(self.pages) + 1):
             fitted = self.with_tiers(tiers_for(room - held))
             if fitted.again_tokens <= held:
-                return fitted
+                settled = fitted
+                break
             held = fitted.again_tokens
-        return self.with_tiers([Tier.GONE] * len(self.pages))
+        newest = self.newest_that_fit(tiers_for(room), room)
+        return settled if settled is not None and settled.shown >= newest.shown else newest
+
+    def newest_that_fit(self, tiers: list[Tier], room: int) -> Plan:
+        """`tiers` with their oldest shown pages dropped one by one until the pages and the
+        lines written again for them fit `room`."""
+        shown = [i for i, t in enumerate(tiers) if t is not Tier.GONE]
+        tiers = list(tiers)
+        for i in [*shown, None]:
+            trial = self.with_tiers(list(tiers))
+            if trial.page_tokens + trial.again_tokens <= room or i is None:
+                return trial
+            tiers[i] = Tier.GONE
+        raise AssertionError("unreachable")  # the loop returns at None
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,

@@ -176,3 +176,27 @@ def test_only_a_column_wide_enough_to_name_a_page_refers_to_another_and_the_capt
             mem.add({"role": "user", "content": text if k % 8 == 0 else f"{text}\nfile {k}".replace("field", f"f{k}")})
         assert any(e.source for p in mem.pages for e in p.entries) is wide
         assert ("on page <handle>" in mem.context().segments[0].text) is wide
+
+
+def test_a_conversation_that_repeats_itself_keeps_its_newest_pages_when_not_all_fit():
+    """In a conversation that repeats itself (the NIAH haystack: the same kinds of tool output
+    again and again), most pages refer to older ones. Where the budget cannot hold every page,
+    dropping the oldest makes the pages after them need those lines written again, which takes
+    more room, which dropped more pages, until once none was left. Now the newest pages that fit
+    with the lines they need written again are sent, within the budget."""
+    from optictx import Budget, Memory
+    from optictx.eval.niah import haystack
+
+    # A fixed handle key: handles are part of what a page draws, and so of where pages break.
+    mem = Memory(vision="openai:gpt-4o", budget=Budget(tokens=32_000), keep_recent=4, verbatim=False,
+                 key="00" * 16)
+    for t in haystack("builtin", 160_000, 0):
+        mem.add(t)
+    ctx = mem.context()
+    shown = [s.page.index for s in ctx.pages]
+    assert ctx.gone and shown and ctx.tokens <= 32_000
+    sealed = [p.index for p in mem.pages if p.sealed]
+    assert shown == sealed[-len(shown):]  # the newest sealed pages, in order
+    refers = {e.source[0] for s in ctx.pages for e in s.page.entries if e.source is not None}
+    assert refers - set(shown), "a page sent refers to one not sent: its lines went again as text"
+    assert any(s.kind == "copies" for s in ctx.segments if not hasattr(s, "page"))
