@@ -49,13 +49,20 @@ class Plan:
     @cached_property
     def again(self) -> dict[int, str]:
         """Page i -> the lines its references to pages not sent stand for, written again after it:
-        a reference to another page (`repeats.py`) holds only while that page is in the context."""
+        a reference to another page (`repeats.py`) holds only while that page is in the context.
+        Lines already written again after an earlier page are not written a second time: the
+        reference reads the same there (a conversation that repeats itself refers to one page's
+        lines from dozens of pages)."""
         out: dict[int, str] = {}
         if Tier.GONE not in self.actual:
             return out
+        written: set[tuple[object, int]] = set()
         for i, (page, tier) in enumerate(zip(self.pages, self.actual)):
+            if tier is Tier.GONE or not page.refers:
+                continue
             refs = [e for e in page.refers if self.actual[e.source[0]] is Tier.GONE  # type: ignore[index]
-                    ] if tier is not Tier.GONE and page.refers else ()
+                    and (e.source, e.covers) not in written]
+            written.update((e.source, e.covers) for e in refs)
             if refs:
                 out[i] = "\n".join(again(e, self.pages[e.source[0]]) for e in refs)  # type: ignore[index]
         return out
