@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from .context import Context
 from .packer import Page
@@ -80,9 +80,10 @@ def contact_sheet(ctx: Context, *, columns: int = 8, thumb: int = 200) -> Image.
         y = 8 + (k // columns) * (thumb + label_h + 8)
         image = segments[page.index].image if tier is not Tier.GONE else None
         if image is not None:
-            # Downscale from the tier image so the blur the consumer sees shows in the thumbnail.
-            img = image.resize((thumb, thumb), Image.Resampling.LANCZOS).convert("RGB")
-            sheet.paste(img, (x, y + label_h))
+            # Downscale from the tier image so the blur the consumer sees shows in the thumbnail;
+            # a tall page (`RenderConfig.height`) keeps its shape.
+            img = ImageOps.contain(image, (thumb, thumb), Image.Resampling.LANCZOS).convert("RGB")
+            sheet.paste(img, (x + (thumb - img.width) // 2, y + label_h))
         else:
             fill = (235, 245, 235) if tier is Tier.TEXT else (215, 215, 215)
             draw.rectangle((x, y + label_h, x + thumb - 1, y + label_h + thumb - 1), fill=fill)

@@ -54,6 +54,10 @@ def test_a_tile_priced_model_gets_tall_pages_of_two_tiles_with_wide_columns(visi
     pages = [p for p in ctx.pages if p.tier.is_image]
     assert pages and {p.image_at(p.tier).size for p in pages} == {(512, 1024)}
     assert {ctx.vision.image_tokens(p.tier, (512, 1024)) for p in pages} == {425}
+    from optictx.report import contact_sheet
+
+    sheet = contact_sheet(ctx, thumb=200)  # each page's thumbnail keeps its shape: 100 x 200, centred
+    assert sheet.getpixel((8 + 20, 8 + 22 + 100)) == (250, 250, 250) != sheet.getpixel((8 + 50, 8 + 22 + 1))
     line = "    def handler_017(self, request):  # route 3.17"
     assert len(line) > 2 * 22
     assert any(line == drawn.text for p in pages for drawn in p.page.lines)
