@@ -103,14 +103,13 @@ class Plan:
     def newest_that_fit(self, tiers: list[Tier], room: int) -> Plan:
         """`tiers` with their oldest shown pages dropped one by one until the pages and the
         lines written again for them fit `room`."""
-        shown = [i for i, t in enumerate(tiers) if t is not Tier.GONE]
         tiers = list(tiers)
-        for i in [*shown, None]:
+        for i in [i for i, t in enumerate(tiers) if t is not Tier.GONE]:
             trial = self.with_tiers(list(tiers))
-            if trial.page_tokens + trial.again_tokens <= room or i is None:
+            if trial.page_tokens + trial.again_tokens <= room:
                 return trial
             tiers[i] = Tier.GONE
-        raise AssertionError("unreachable")  # the loop returns at None
+        return self.with_tiers(tiers)  # none shown: nothing refers to a page not sent
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
         return Plan(self.cut, self.pages, tiers, self.costs, self.other_tokens, self.caption_tokens,
