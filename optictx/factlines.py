@@ -133,8 +133,8 @@ def with_factsheet(plan: Plan, limit: int, factsheet: Factsheet, facts: TurnFact
         dropped = plan.actual.count(Tier.GONE)
         demoted = plan.with_tiers(tiers)
         # Not where a page dropped brings lines a kept page refers to back as text past the budget:
-        # the factsheet is an extra, so it takes less room rather than refit (`Plan.refit` would
-        # may then drop every page that refers to the one it pushed out).
+        # the factsheet is an extra, so it takes less room rather than refit (`Plan.refit` may
+        # then drop the pages that refer to the one it pushed out).
         if demoted.tokens <= limit:
             plan = demoted
             if plan.actual.count(Tier.GONE) > dropped:

@@ -90,14 +90,18 @@ class Plan:
         whose lines the pages after them then need written again: a conversation that repeats
         itself), the newest pages of the first fit, as many as fit with the lines they need
         written again (at worst none, and nothing then refers to a page not sent)."""
+        first = tiers = tiers_for(room)
         held, settled = 0, None
         for _ in range(len(self.pages) + 1):
-            fitted = self.with_tiers(tiers_for(room - held))
+            fitted = self.with_tiers(tiers)
             if fitted.again_tokens <= held:
+                if not held:  # the first fit, nothing written again: no plan shows more (most calls)
+                    return fitted
                 settled = fitted
                 break
             held = fitted.again_tokens
-        newest = self.newest_that_fit(tiers_for(room), room)
+            tiers = tiers_for(room - held)
+        newest = self.newest_that_fit(first, room)
         return settled if settled is not None and settled.shown >= newest.shown else newest
 
     def newest_that_fit(self, tiers: list[Tier], room: int) -> Plan:
