@@ -16,7 +16,7 @@ from typing import Literal
 from .errors import ConfigError
 from .kv import KV_PRESETS, KVGeometry
 from .renderers import RenderConfig
-from .tiers import MASTER, Tier
+from .tiers import IMAGE_TIERS, MASTER, Tier
 from .tokens import Tokenizer, get_tokenizer
 
 
@@ -48,6 +48,23 @@ class CostModel:
     def page_tokens(self, tier: Tier, master: int | tuple[int, int] = MASTER) -> int:
         """Decoder tokens for one page at `tier` (a page drawn `master` px, square where one number)."""
         return self.image_tokens(tier, self.tier_size(tier, master))
+
+    def seen_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """The size the consumer looks at an image of `size` at, after any resize of its own."""
+        return size
+
+    def sent_as(self, master: int | tuple[int, int] = MASTER) -> dict[Tier, Tier]:
+        """Image tiers the consumer sees no sharper than a smaller one, each with the least sharp
+        tier it sees alike (Claude scales every page of 2730 px above TINY down to TINY's size):
+        those are sent at that tier, as the consumer would have it, in fewer bytes and within
+        any limit on larger images."""
+        seen = {t: self.seen_size(self.tier_size(t, master)) for t in IMAGE_TIERS}
+        out = {}
+        for t in IMAGE_TIERS:  # sharpest first
+            same = [u for u in IMAGE_TIERS if u.rank < t.rank and seen[u] == seen[t]]
+            if same:
+                out[t] = min(same, key=lambda u: u.rank)
+        return out
 
     @property
     def image_detail(self) -> str | None:

@@ -57,6 +57,7 @@ class PageCost:
     text_tokens: int
     costs: Mapping[Tier, int]
     floor: Tier = Tier.GONE
+    sent_as: Mapping[Tier, Tier] = field(default_factory=dict)  # `CostModel.sent_as`: tiers sent as another
     options: tuple[Tier, ...] = field(init=False)
     _cost: dict[Tier, int] = field(init=False, repr=False)
     _below: dict[Tier, Tier] = field(init=False, repr=False)
@@ -68,6 +69,7 @@ class PageCost:
         if floor.is_image and real[floor] >= self.text_tokens:
             floor = Tier.TEXT  # the legible image costs more than the text: send the text
         actual = {t: floor if t.is_image and t.rank < floor.rank else t for t in Tier}
+        actual = {t: self.sent_as.get(a, a) for t, a in actual.items()}
         cost = {t: real[actual[t]] for t in Tier}
         paying = tuple(t for t in IMAGE_TIERS if actual[t] is Tier.TEXT or cost[t] < self.text_tokens)
         options = (Tier.TEXT, *paying, Tier.GONE)
@@ -82,7 +84,8 @@ class PageCost:
         return self._cost[tier]
 
     def actual(self, tier: Tier) -> Tier:
-        """The tier sent for a scheduled (possibly virtual) tier: itself, or the gate's floor."""
+        """The tier sent for a scheduled (possibly virtual) tier: itself, or the gate's floor, or
+        the tier the consumer sees it as (`sent_as`)."""
         return self._actual[tier]
 
     def best_at_most(self, rank: int) -> Tier:
@@ -95,8 +98,9 @@ class PageCost:
 
 
 @lru_cache(maxsize=8192)
-def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...], floor: Tier) -> PageCost:
-    return PageCost(text_tokens, dict(per_tier), floor)
+def _page_cost(text_tokens: int, per_tier: tuple[tuple[Tier, int], ...], floor: Tier,
+               sent_as: tuple[tuple[Tier, Tier], ...]) -> PageCost:
+    return PageCost(text_tokens, dict(per_tier), floor, dict(sent_as))
 
 
 def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Tier] | None = None,
@@ -106,8 +110,9 @@ def page_costs(text_tokens: Sequence[int], model: CostModel, floors: Sequence[Ti
     equal ones share one table."""
     # An image page is sent with its label beside it (`handles.label`), planned at its most.
     per_tier = tuple((t, model.page_tokens(t, master) + LABEL_TOKENS) for t in IMAGE_TIERS)  # the same for all
+    sent_as = tuple(model.sent_as(master).items())
     floors = floors or [Tier.GONE] * len(text_tokens)
-    return [_page_cost(n, per_tier, f) for n, f in zip(text_tokens, floors)]
+    return [_page_cost(n, per_tier, f, sent_as) for n, f in zip(text_tokens, floors)]
 
 
 @dataclass(frozen=True)

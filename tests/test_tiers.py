@@ -71,6 +71,25 @@ def test_a_tile_priced_model_gets_tall_pages_of_two_tiles_with_wide_columns(visi
     assert RenderConfig().digest == "ef2139772b2eae7e" and RenderConfig(height=1280).digest != RenderConfig().digest
 
 
+def test_claude_never_gets_a_page_larger_than_it_looks_at():
+    """Anthropic scales an image down to at most 1568 px on its long edge and about 1.15
+    megapixels (1092 x 1092) before Claude sees it, and refuses a request of more than 20 images
+    with one above 2000 x 2000 ("Images and vision"). Its pages are drawn 2730 px, so every tier
+    above TINY (1092) would be scaled down to TINY's size: they go at TINY, at the same price,
+    even where the ladder asks for sharper (no provider cache to keep the tiers flat)."""
+    mem = Memory(keep_recent=2, budget=40_000, vision="anthropic", cache=False)
+    for i in range(12):
+        mem.add({"role": "user", "content": f"read routes part {i}"})
+        mem.add({"role": "assistant", "content": CODE.replace("route ", f"route {i}.") * 4})
+    ctx = mem.context()
+    sizes = [p.image_at(p.tier).size for p in ctx.pages if p.tier.is_image]
+    assert len(sizes) >= 3 and all(w * h <= 1092 * 1092 and max(w, h) <= 1568 for w, h in sizes), sizes
+    plain = Memory(keep_recent=2, budget=40_000, vision="deepseek-ocr", cache=False, render=mem.render)
+    for t in mem.transcript():
+        plain.add(t)
+    assert Tier.LARGE in {p.tier for p in plain.context().pages}  # a consumer that reads them gets them
+
+
 def test_gundam_views_are_2x2_tiles_plus_global():
     tiles, glob, grid = gundam_views(Image.new("L", (1280, 1280), 255))
     assert len(tiles) == 4 and all(t.size == (640, 640) for t in tiles)
