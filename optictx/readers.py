@@ -124,6 +124,8 @@ class TesseractReader(CachedReader):
         self._tesserocr = tesserocr
         self.tessdata = find_tessdata(lang)
         self.upscale_to, self.psm, self.lang, self.line_boxes = upscale_to, psm, lang, line_boxes
+        # A line's box at TINY is 10 px on every geometry: 1920 / 512 enlarges it to 37.5.
+        self.line_px = 37.5
         # Cut off the top of each line box (a share of the pitch): the line above's descenders
         # reach into it. Measured best of 0.08 and 0.15.
         self.trim = 0.15
@@ -131,13 +133,23 @@ class TesseractReader(CachedReader):
 
     def _settings(self) -> str:
         return (f"{self._tesserocr.tesseract_version().split()[1]}/{self.upscale_to}/{self.psm}/{self.lang}/"
-                f"{self.line_boxes}/{self.trim}")
+                f"{self.line_boxes}/{self.trim}/{self.line_px}")
+
+    def scale(self, image: Image.Image, boxes: Sequence[Box] | None) -> float:
+        """How much to enlarge `image` before reading: to `upscale_to` px wide, or, given line
+        boxes, until a line is `line_px` tall if that is more. A page drawn larger (Claude's
+        2730-px pages) holds glyphs of the same size at each tier as a 1280-px page, so they are
+        read at the same size whatever the page's width; for 1280-px pages the two agree."""
+        scale = max(1.0, self.upscale_to / image.width)
+        heights = sorted(b[3] - b[1] for b in boxes or ())
+        if heights and heights[len(heights) // 2] > 0:
+            scale = max(scale, self.line_px / heights[len(heights) // 2])
+        return scale
 
     def _recognize(self, image: Image.Image, boxes: Sequence[Box] | None) -> str:
-        scale = 1.0
-        if image.width < self.upscale_to:
-            scale = self.upscale_to / image.width
-            image = image.resize((self.upscale_to, round(image.height * scale)), Image.Resampling.LANCZOS)
+        scale = self.scale(image, boxes)
+        if scale > 1.0:
+            image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.LANCZOS)
         api = getattr(self._local, "api", None)
         if api is None:  # one engine per thread: a PyTessBaseAPI is not safe to share
             api = self._local.api = self._tesserocr.PyTessBaseAPI(path=self.tessdata, lang=self.lang)

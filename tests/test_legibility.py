@@ -21,6 +21,26 @@ def test_default_density_reads_at_98_percent_on_small():
     assert char_accuracy(page.text, got) >= 0.98
 
 
+@needs_tesseract
+def test_tesseract_reads_a_larger_page_at_the_size_it_reads_a_1280_px_one():
+    """Claude's pages are drawn 2730 px with the same glyphs: at each tier their lines are as tall
+    as a 1280-px page's, so Tesseract enlarges them as much (1920 / 512 at TINY), not to the same
+    width, which would read Claude's lines at half the size."""
+    from optictx.cost import PIXEL_PRICED
+    from optictx.readers import TesseractReader
+
+    reader, scaled = TesseractReader(), []
+    for render in (None, PIXEL_PRICED):
+        mem = Memory(keep_recent=0, render=render)
+        for chunk in prose_corpus()[:3]:
+            mem.add({"role": "user", "content": chunk})
+        page = mem.pages[0]
+        image, boxes = mem.images.at(page, Tier.TINY), mem.images.boxes(page, Tier.TINY)
+        heights = sorted(b[3] - b[1] for b in boxes)
+        scaled.append(reader.scale(image, boxes) * heights[len(heights) // 2])
+    assert scaled[0] == pytest.approx(10 * 1920 / 512) and scaled[1] == pytest.approx(scaled[0])
+
+
 @needs("rapidfuzz", "eval")
 def test_char_accuracy_folds_layout_and_typography():
     assert char_accuracy("a  b\n“c”", 'a b "c"') == 1.0
