@@ -7,7 +7,8 @@ alone (no parser per language):
   (`Line.style` "wrap": the renderer draws a hook where each starts), so structure that hangs on
   indentation survives a wrap;
 - the Read tool's line-number gutter (Claude Code's `   225→`, and `225<TAB>`) is drawn compact:
-  each number padded to the block's widest, then `→`, then the line as it was.
+  each number padded to the block's widest, then `:` (as `grep -n` writes it), then the line as
+  it was.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from collections.abc import Callable, Sequence
 # Identifiers, numbers, dotted names and paths: runs a wrap never splits while they fit a column.
 ATOM = re.compile(r"[\w$@~]+(?:(?:[./\\\-]+|://)[\w$@~]+)*")
 _GUTTER = re.compile(r" *(\d{1,7})(?:\u2192|\t)")
-GUTTER_MARK = "\u2192"
-_DRAWN_GUTTER = re.compile(r" *\d{1,7}\u2192")
+# Not the Read tool's `→`: at TINY neither Tesseract nor the reflex reader reads that thin arrow
+# as anything but `-` or `=` (never once in 2,974 on Claude Code's pages), and it cost more
+# characters than anything else drawn (BENCHMARKS.md, "The gutter's mark").
+GUTTER_MARK = ":"
+_DRAWN_GUTTER = re.compile(r" *\d{1,7}" + GUTTER_MARK)
 HANG = 2  # columns a continuation is indented past its line's own indentation
 
 Width = Callable[[str], float]
 
 
 def indent_of(line: str) -> int:
-    """Where a line's text starts: past its blanks, and past a compact gutter's `225→` and the
+    """Where a line's text starts: past its blanks, and past a compact gutter's `225:` and the
     blanks after it (a numbered listing's code is indented after its number)."""
     m = _DRAWN_GUTTER.match(line)
     start = m.end() if m else 0
@@ -68,7 +72,7 @@ def gutter(lines: Sequence[str], tab_width: int) -> list[str] | None:
 def compact_indent(lines: list[str]) -> list[str]:
     """A block's indentation at half its depth when every indented line is indented by a multiple
     of four (four-space or tab-indented code): the same on every line, so the structure reads
-    the same, in half the width. Lines are tab-expanded; a gutter's `225→` stays in front."""
+    the same, in half the width. Lines are tab-expanded; a gutter's `225:` stays in front."""
     at = [indent_of(line) - _gutter_width(line) for line in lines]
     if not any(at) or any(n % 4 for n, line in zip(at, lines) if line.strip()):
         return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from conftest import needs_tesseract
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,17 +42,40 @@ def test_a_wrapped_line_keeps_its_tokens_whole_and_its_continuations_under_it(li
 
 def test_a_numbered_listing_draws_its_gutter_compact():
     read = ["     1\tdef add(a, b):", "     2\t\treturn a + b", "     3\t", "    10\tprint(add(1, 2))"]
-    assert gutter(read, 4) == [" 1\u2192def add(a, b):", " 2\u2192    return a + b", " 3\u2192",
-                               "10\u2192print(add(1, 2))"]
+    assert gutter(read, 4) == [" 1:def add(a, b):", " 2:    return a + b", " 3:", "10:print(add(1, 2))"]
     arrows = ["   225\u2192x = 1", "   226\u2192    y = 2", "   227\u2192z"]
-    assert gutter(arrows, 4) == ["225\u2192x = 1", "226\u2192    y = 2", "227\u2192z"]
+    assert gutter(arrows, 4) == ["225:x = 1", "226:    y = 2", "227:z"]
     assert gutter(["a\tb", "1\tc", "plain text"], 4) is None  # not a listing: as it was
+
+
+@needs_tesseract
+def test_a_listing_s_line_numbers_are_read_back_with_their_mark_at_tiny():
+    """A numbered listing's gutter is read back by both readers as a number and its mark on a
+    TINY page (the Read tool's own thin `→` was read as `-` or `=`: never once on Claude Code's
+    pages)."""
+    from optictx import Memory, Tier
+    from optictx.models import ReflexReader
+    from optictx.readers import TesseractReader
+
+    listing = "\n".join(f"{n:>6}\u2192    value_{n} = compute(item_{n}, limit={n * 7})" for n in range(101, 141))
+    mem = Memory(keep_recent=0)
+    mem.add({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": '{"file_path": "m.py"}'}}]})
+    mem.add({"role": "tool", "tool_call_id": "call_1", "content": listing})
+    page = mem.pages[0]
+    drawn = [line.text for line in page.lines if re.match(r"1[0-4]\d\S", line.text)]
+    assert len(drawn) == 40
+    image, boxes = mem.images.at(page, Tier.TINY), mem.images.boxes(page, Tier.TINY)
+    for reader in (TesseractReader(line_boxes=True), ReflexReader()):
+        read = reader.read(image, boxes).split("\n")
+        marked = sum(1 for got in read if re.match(r"\d{3}:", got.replace(" ", "")))
+        assert marked >= 36, (type(reader).__name__, marked, read[:12])
 
 
 def test_four_space_indentation_is_halved_on_every_line_and_two_space_left_alone():
     assert compact_indent(["def f():", "    if x:", "        return 1", "    return 2"]) == [
         "def f():", "  if x:", "    return 1", "  return 2"]
-    assert compact_indent(["1\u2192def f():", "2\u2192    return 1"]) == ["1\u2192def f():", "2\u2192  return 1"]
+    assert compact_indent(["1:def f():", "2:    return 1"]) == ["1:def f():", "2:  return 1"]
     two = ["a:", "  b: 1", "  c:", "    d: 2"]
     assert compact_indent(two) == two
 

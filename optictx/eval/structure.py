@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from ..blocks import turn_blocks
 from ..renderers import Block, Layout, Line, displayable
-from ..renderers.codewrap import ATOM, HANG, hang_of, indent_of
+from ..renderers.codewrap import ATOM, GUTTER_MARK, HANG, hang_of, indent_of
 from ..renderers.layout import is_rule
 from ..turns import Turn
 
-_GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4})")  # a line-number gutter, raw or drawn compact
+# A line-number gutter, raw or drawn compact.
+_GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4}|" + GUTTER_MARK + ")")
 
 
 @dataclass
