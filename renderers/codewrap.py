@@ -29,19 +29,20 @@ HANG = 2  # columns a continuation is indented past its line's own indentation
 Width = Callable[[str], float]
 
 
-def indent_of(line: str) -> int:
-    """Where a line's text starts: past its blanks, and past a compact gutter's `225:` and the
-    blanks after it (a numbered listing's code is indented after its number)."""
-    m = _DRAWN_GUTTER.match(line)
+def indent_of(line: str, listing: bool = False) -> int:
+    """Where a line's text starts: past its blanks, and, in a numbered `listing`, past its compact
+    gutter's `225:` and the blanks after it (the listing's code is indented after its number).
+    Only in a listing: elsewhere `    10: 'ten',` is code, indented by four."""
+    m = _DRAWN_GUTTER.match(line) if listing else None
     start = m.end() if m else 0
     return start + len(line[start:]) - len(line[start:].lstrip(" "))
 
 
-def hang_of(line: str, columns: int) -> int:
+def hang_of(line: str, columns: int, listing: bool = False) -> int:
     """The indentation of a line's continuations, in columns: under its text and `HANG` more,
     but no more than a quarter of a column of `columns` (deep indentation in a narrow column
     would leave a continuation little room, and a page's rows go to waste)."""
-    return min(indent_of(line) + HANG, max(HANG, columns // 4))
+    return min(indent_of(line, listing) + HANG, max(HANG, columns // 4))
 
 
 def units(text: str) -> list[str]:
@@ -69,19 +70,19 @@ def gutter(lines: Sequence[str], tab_width: int) -> list[str] | None:
             else line.expandtabs(tab_width) for line, m in zip(lines, found)]
 
 
-def compact_indent(lines: list[str]) -> list[str]:
+def compact_indent(lines: list[str], listing: bool = False) -> list[str]:
     """A block's indentation at half its depth when every indented line is indented by a multiple
     of four (four-space or tab-indented code): the same on every line, so the structure reads
     the same, in half the width. Lines are tab-expanded; a gutter's `225:` stays in front."""
-    at = [indent_of(line) - _gutter_width(line) for line in lines]
+    at = [indent_of(line, listing) - _gutter_width(line, listing) for line in lines]
     if not any(at) or any(n % 4 for n, line in zip(at, lines) if line.strip()):
         return lines
-    return [line[: _gutter_width(line)] + line[_gutter_width(line) + n // 2 :] if n else line
+    return [line[: _gutter_width(line, listing)] + line[_gutter_width(line, listing) + n // 2 :] if n else line
             for n, line in zip(at, lines)]
 
 
-def _gutter_width(line: str) -> int:
-    m = _DRAWN_GUTTER.match(line)
+def _gutter_width(line: str, listing: bool) -> int:
+    m = _DRAWN_GUTTER.match(line) if listing else None
     return m.end() if m else 0
 
 
@@ -97,14 +98,15 @@ def _chars(piece: str, width: Width, first: float, rest: float) -> list[str]:
     return [*out, cur] if cur else out
 
 
-def wrap(line: str, width: Width, max_w: float) -> list[tuple[str, bool]]:
-    """A code line (tabs expanded, no trailing blanks) as drawn lines, each (text, continuation):
-    the first as far as whole tokens fit, then continuations indented under it."""
+def wrap(line: str, width: Width, max_w: float, listing: bool = False) -> list[tuple[str, bool]]:
+    """A code line (tabs expanded, no trailing blanks; of a numbered `listing`) as drawn lines,
+    each (text, continuation): the first as far as whole tokens fit, then continuations indented
+    under it."""
     if width(line) <= max_w:
         return [(line, False)]
     space = width(" ") or 1.0
-    indent = indent_of(line)
-    hang = " " * hang_of(line, int(max_w / space))
+    indent = indent_of(line, listing)
+    hang = " " * hang_of(line, int(max_w / space), listing)
     out: list[tuple[str, bool]] = []
     cur, fresh = line[:indent], True  # fresh: nothing but the indent on the line yet
     for unit in units(line[indent:]):
@@ -123,7 +125,7 @@ def wrap(line: str, width: Width, max_w: float) -> list[tuple[str, bool]]:
                 continue
         # A line with only its indent so far, and a token that does not fit after it: if the
         # token fits a column (a continuation keeps room for its mark), the indent gives way.
-        lead = cur[: _gutter_width(cur)]
+        lead = cur[: _gutter_width(cur, listing)]
         room = max_w - width(lead) - (HANG * space if out else 0)
         if width(unit) <= room:
             cur, fresh = lead + " " * int((max_w - width(lead) - width(unit)) // space) + unit, False

@@ -230,12 +230,20 @@ class Layout:
     def source(self, block: Block) -> list[str]:
         """The source lines a block draws (`paragraphs`), a numbered listing's gutter made
         compact in code laid out as a program (`codewrap.gutter`)."""
+        return self._source(block)[0]
+
+    def listing(self, block: Block) -> bool:
+        """Whether a block is drawn as a numbered listing, its gutter compact (`source`)."""
+        return self._source(block)[1]
+
+    def _source(self, block: Block) -> tuple[list[str], bool]:
         cfg = self.config
         if block.style != "code" or cfg.code_layout != "program":
-            return paragraphs(block.text, cfg.tab_width)
+            return paragraphs(block.text, cfg.tab_width), False
         listing = codewrap.gutter(_source_lines(block.text), cfg.tab_width)
         paras = paragraphs("\n".join(listing) if listing is not None else block.text, cfg.tab_width)
-        return codewrap.compact_indent(paras) if cfg.compact_indent else paras
+        numbered = listing is not None
+        return (codewrap.compact_indent(paras, numbered) if cfg.compact_indent else paras), numbered
 
     def lines(self, block: Block) -> list[Line]:
         """The lines of one block, each with its drawn text and height."""
@@ -249,7 +257,7 @@ class Layout:
             shown = [displayable(i, m.chain) for i in items]
             return [Line(t, "code", cfg.line_height) for t in wrap_items(shown, m, max_w)]
         program = block.style == "code" and cfg.code_layout == "program"
-        paras = self.source(block)
+        paras, listing = self._source(block)
         half = cfg.line_height // 2
         out: list[Line] = []
         for para in paras:
@@ -259,7 +267,7 @@ class Layout:
                 out.append(Line(RULE, "rule", half))
             elif program:
                 out.extend(Line(t, "wrap" if more else "code", cfg.line_height)
-                           for t, more in codewrap.wrap(displayable(para, m.chain), m.width, max_w))
+                           for t, more in codewrap.wrap(displayable(para, m.chain), m.width, max_w, listing))
             else:
                 wrap = wrap_code if block.style == "code" else wrap_prose
                 out.extend(Line(t, block.style, cfg.line_height) for t in wrap(displayable(para, m.chain), m, max_w))

@@ -75,7 +75,9 @@ def test_a_listing_s_line_numbers_are_read_back_with_their_mark_at_tiny():
 def test_four_space_indentation_is_halved_on_every_line_and_two_space_left_alone():
     assert compact_indent(["def f():", "    if x:", "        return 1", "    return 2"]) == [
         "def f():", "  if x:", "    return 1", "  return 2"]
-    assert compact_indent(["1:def f():", "2:    return 1"]) == ["1:def f():", "2:  return 1"]
+    assert compact_indent(["1:def f():", "2:    return 1"], listing=True) == ["1:def f():", "2:  return 1"]
+    keys = ["{", "    10: 'ten',", "    20: 'twenty',", "}"]  # not a listing: the numbers are code
+    assert compact_indent(keys) == ["{", "  10: 'ten',", "  20: 'twenty',", "}"]
     two = ["a:", "  b: 1", "  c:", "    d: 2"]
     assert compact_indent(two) == two
 

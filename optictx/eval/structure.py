@@ -23,8 +23,10 @@ from ..renderers.codewrap import ATOM, GUTTER_MARK, HANG, hang_of, indent_of
 from ..renderers.layout import is_rule
 from ..turns import Turn
 
-# A line-number gutter, raw or drawn compact.
-_GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4}|" + GUTTER_MARK + ")")
+_GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4})")  # a line-number gutter as a client writes it
+# ... or as a numbered listing's is drawn compact (`codewrap.gutter`): only in one, where a line
+# such as `12:30 done` is not a gutter.
+_LISTED = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4}|" + GUTTER_MARK + ")")
 
 
 @dataclass
@@ -67,9 +69,9 @@ def _groups(lines: list[Line], paras: list[str]) -> Iterable[tuple[str, list[str
         yield para, got
 
 
-def _plain(text: str) -> str:
-    """A line less its line-number gutter (raw or drawn compact), where it has one."""
-    m = _GUTTER.match(text)
+def _plain(text: str, listing: bool) -> str:
+    """A line less its line-number gutter (raw, or drawn compact in a `listing`), where it has one."""
+    m = (_LISTED if listing else _GUTTER).match(text)
     return text[m.end():] if m else text
 
 
@@ -80,22 +82,23 @@ def block_structure(block: Block, layout: Layout) -> Structure:
     measure = layout.measure("code")
     columns = int(room // (measure(" ") or 1))
     shown = [displayable(p, layout.chain("code")) for p in layout.source(block)]  # as drawn: controls escaped
+    listing = layout.listing(block)
     for para, drawn in _groups(layout.lines(block), shown):
         if not drawn:
             continue
         out.lines += 1
         out.wrapped += len(drawn) > 1
-        for m in ATOM.finditer(_plain(para)):
+        for m in ATOM.finditer(_plain(para, listing)):
             if measure(m.group()) <= room:
                 out.atoms += 1
                 out.atoms_whole += any(m.group() in d for d in drawn)
-        code = _plain(para)
+        code = _plain(para, listing)
         indent = len(code) - len(code.lstrip(" "))
         if indent:  # the first line keeps the code's own indent; continuations start under it
             out.indented += 1
             first, rest = drawn[0], drawn[1:]
-            under = min(indent_of(first), hang_of(first, columns) - HANG)
-            out.indent_kept += (len(_plain(first)) - len(_plain(first).lstrip(" ")) >= indent and
+            under = min(indent_of(first, listing), hang_of(first, columns, listing) - HANG)
+            out.indent_kept += (len(_plain(first, listing)) - len(_plain(first, listing).lstrip(" ")) >= indent and
                                 all(len(d) - len(d.lstrip(" ")) >= under for d in rest))
     return out
 
