@@ -18,6 +18,7 @@ pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("htt
 import httpx  # noqa: E402
 
 from optictx.serve import ServeConfig  # noqa: E402
+from optictx.serve.dialect import plain, unmarked  # noqa: E402
 
 from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
 
@@ -147,6 +148,13 @@ SURPRISES = st.lists(st.tuples(st.integers(0, 100), st.sampled_from(["field", "b
                                                                       "system"])), min_size=1, max_size=3)
 
 
+def _said(message: dict) -> dict:
+    """A message less the cache marks a proxy moves (`dialect.MARKERS`), one text block as its
+    text: the proxy marks the last message it sends for the cache, whatever its role (a system
+    message in place at the end of a conversation, hypothesis found)."""
+    return plain({**message, "content": unmarked(message["content"])}) if "content" in message else message
+
+
 def _blocks(messages: list) -> list:
     return [b for m in messages if isinstance(m, dict) and isinstance(m.get("content"), list) for b in m["content"]]
 
@@ -155,6 +163,7 @@ def _blocks(messages: list) -> list:
 # at 3,000 every page was dropped and nothing was imaged (hypothesis found it: the example below).
 @PROPS
 @given(api=st.sampled_from(sorted(APIS)), turns=st.integers(16, 28), odd=SURPRISES)
+@example(api="anthropic", turns=16, odd=[(15, "system")])  # a system message last: marked for the cache
 @example(api="anthropic", turns=24, odd=[(0, "block-field"), (1, "block-field"), (2, "block-field")])
 def test_what_the_proxy_does_not_know_reaches_the_upstream_as_it_came(served, api, turns, odd):
     proxy, upstream = served
@@ -180,7 +189,7 @@ def test_what_the_proxy_does_not_know_reaches_the_upstream_as_it_came(served, ap
     for kind, piece in must:
         if kind == "body":
             assert got[piece] == body[piece]
-        elif kind == "message":
-            assert piece in got[field], piece
+        elif kind == "message":  # where it was, saying what it said: a cache mark the proxy adds aside
+            assert _said(piece) in [_said(m) for m in got[field]], piece
         else:
             assert piece in _blocks(got[field]), piece
