@@ -58,13 +58,12 @@ class CostModel:
         tier it sees alike (Claude scales every page of 2730 px above TINY down to TINY's size):
         those are sent at that tier, as the consumer would have it, in fewer bytes and within
         any limit on larger images."""
-        seen = {t: self.seen_size(self.tier_size(t, master)) for t in IMAGE_TIERS}
-        out = {}
-        for t in IMAGE_TIERS:  # sharpest first
-            same = [u for u in IMAGE_TIERS if u.rank < t.rank and seen[u] == seen[t]]
-            if same:
-                out[t] = min(same, key=lambda u: u.rank)
-        return out
+        drawn = {t: self.tier_size(t, master) for t in IMAGE_TIERS}
+        seen = {t: self.seen_size(size) for t, size in drawn.items()}
+        least = {size: t for t, size in seen.items()}  # sharpest first: the least sharp tier is written last
+        # Only a tier the consumer resizes: two it takes as drawn are two views (DeepSeek-OCR's
+        # Gundam tiles a page LARGE sends whole).
+        return {t: least[size] for t, size in seen.items() if least[size] is not t and size != drawn[t]}
 
     @property
     def image_detail(self) -> str | None:

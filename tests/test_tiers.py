@@ -6,6 +6,7 @@ from PIL import Image
 
 from optictx import Budget, Memory, Tier
 from optictx.renderers import RenderConfig
+from optictx.schedule import AgeLadder
 from optictx.tiers import IMAGE_TIERS, gundam_views, tier_image
 
 
@@ -88,6 +89,11 @@ def test_claude_never_gets_a_page_larger_than_it_looks_at():
     for t in mem.transcript():
         plain.add(t)
     assert Tier.LARGE in {p.tier for p in plain.context().pages}  # a consumer that reads them gets them
+    gundam = Memory(keep_recent=2, budget=40_000, vision="deepseek-ocr", cache=False, render=mem.render,
+                    ladder=AgeLadder(steps=((1, Tier.GUNDAM),)))
+    for t in mem.transcript():
+        gundam.add(t)
+    assert Tier.GUNDAM in {p.tier for p in gundam.context().pages}  # tiles of the same pixels: another view
 
 
 def test_gundam_views_are_2x2_tiles_plus_global():
