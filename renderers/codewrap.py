@@ -74,14 +74,15 @@ def compact_indent(lines: list[str], listing: bool = False) -> list[str]:
     """A block's indentation at half its depth when every indented line is indented by a multiple
     of four (four-space or tab-indented code): the same on every line, so the structure reads
     the same, in half the width. Lines are tab-expanded; a gutter's `225:` stays in front."""
-    at = [indent_of(line, listing) - _gutter_width(line, listing) for line in lines]
+    at = [indent_of(line, listing) - gutter_width(line, listing) for line in lines]
     if not any(at) or any(n % 4 for n, line in zip(at, lines) if line.strip()):
         return lines
-    return [line[: _gutter_width(line, listing)] + line[_gutter_width(line, listing) + n // 2 :] if n else line
+    return [line[: gutter_width(line, listing)] + line[gutter_width(line, listing) + n // 2 :] if n else line
             for n, line in zip(at, lines)]
 
 
-def _gutter_width(line: str, listing: bool) -> int:
+def gutter_width(line: str, listing: bool) -> int:
+    """The width of a line's compact gutter (`225:`) in a numbered `listing`; 0 elsewhere."""
     m = _DRAWN_GUTTER.match(line) if listing else None
     return m.end() if m else 0
 
@@ -125,7 +126,7 @@ def wrap(line: str, width: Width, max_w: float, listing: bool = False) -> list[t
                 continue
         # A line with only its indent so far, and a token that does not fit after it: if the
         # token fits a column (a continuation keeps room for its mark), the indent gives way.
-        lead = cur[: _gutter_width(cur, listing)]
+        lead = cur[: gutter_width(cur, listing)]
         room = max_w - width(lead) - (HANG * space if out else 0)
         if width(unit) <= room:
             cur, fresh = lead + " " * int((max_w - width(lead) - width(unit)) // space) + unit, False

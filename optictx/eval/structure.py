@@ -19,14 +19,11 @@ from dataclasses import dataclass
 
 from ..blocks import turn_blocks
 from ..renderers import Block, Layout, Line, displayable
-from ..renderers.codewrap import ATOM, GUTTER_MARK, HANG, hang_of, indent_of
+from ..renderers.codewrap import ATOM, HANG, gutter_width, hang_of, indent_of
 from ..renderers.layout import is_rule
 from ..turns import Turn
 
 _GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4})")  # a line-number gutter as a client writes it
-# ... or as a numbered listing's is drawn compact (`codewrap.gutter`): only in one, where a line
-# such as `12:30 done` is not a gutter.
-_LISTED = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4}|" + GUTTER_MARK + ")")
 
 
 @dataclass
@@ -70,8 +67,11 @@ def _groups(lines: list[Line], paras: list[str]) -> Iterable[tuple[str, list[str
 
 
 def _plain(text: str, listing: bool) -> str:
-    """A line less its line-number gutter (raw, or drawn compact in a `listing`), where it has one."""
-    m = (_LISTED if listing else _GUTTER).match(text)
+    """A line less its line-number gutter, where it has one: drawn compact in a `listing`
+    (`codewrap.gutter_width`), else as a client writes it."""
+    if listing:
+        return text[gutter_width(text, listing):]
+    m = _GUTTER.match(text)
     return text[m.end():] if m else text
 
 
@@ -98,7 +98,8 @@ def block_structure(block: Block, layout: Layout) -> Structure:
             out.indented += 1
             first, rest = drawn[0], drawn[1:]
             under = min(indent_of(first, listing), hang_of(first, columns, listing) - HANG)
-            out.indent_kept += (len(_plain(first, listing)) - len(_plain(first, listing).lstrip(" ")) >= indent and
+            shown_first = _plain(first, listing)
+            out.indent_kept += (len(shown_first) - len(shown_first.lstrip(" ")) >= indent and
                                 all(len(d) - len(d.lstrip(" ")) >= under for d in rest))
     return out
 
