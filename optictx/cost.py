@@ -26,6 +26,7 @@ class CostModel:
 
     name: str
     max_images: int | None = None  # the consumer's documented images-per-request cap, if any
+    max_request_bytes: int | None = None  # the most bytes of one request it takes, if documented (`weight.py`)
 
     def image_tokens(self, tier: Tier, size: tuple[int, int]) -> int:
         raise NotImplementedError
@@ -138,10 +139,16 @@ class DeepSeekOCR2(CostModel):
         return 256 + 144 * self._crops(size)
 
 
+# OpenAI takes at most 50 MB of image bytes in one request (its vision guide, "Image input
+# requirements"; read 2026-12-06): the whole context is held to it, text included.
+OPENAI_IMAGE_BYTES = 50_000_000
+
+
 @dataclass(frozen=True)
 class OpenAITiles(CostModel):
     """GPT-4o family: fit 2048², short side to 768, then base + per_tile·(512-px tiles)."""
 
+    max_request_bytes: int | None = OPENAI_IMAGE_BYTES
     base: int = 85
     per_tile: int = 170
     detail: Literal["high", "low"] = "high"
@@ -165,6 +172,7 @@ class OpenAITiles(CostModel):
 class OpenAIPatches(CostModel):
     """GPT-4.1-mini family: 32-px patches, at most `max_patches`, times a per-model multiplier."""
 
+    max_request_bytes: int | None = OPENAI_IMAGE_BYTES
     multiplier: float = 1.62
     max_patches: int = 1536
 
@@ -193,6 +201,9 @@ class Anthropic(CostModel):
     max_edge: int = 1568
     max_pixels: int = 1092 * 1092
     max_images: int | None = 100  # Anthropic docs: 100 images per request (200k-context models)
+    # A Messages API request may weigh 32 MB ("Images and vision"); 100 of Claude's 1092-px pages
+    # at 4 bits a pixel (16 greys, uncompressed) would be 80 MB of base64.
+    max_request_bytes: int | None = 32_000_000
 
     def seen_size(self, size: tuple[int, int]) -> tuple[int, int]:
         """The size Claude looks at after its resize (what a legibility test should read)."""

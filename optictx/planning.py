@@ -25,6 +25,7 @@ from .prefix import next_plan
 from .store import Store
 from .tiers import Tier
 from .turns import Turn
+from .weight import light
 
 # How a memory is read for planning: its snapshot now, or with these turns as the recent ones.
 Snapshotter = Callable[[Budget, CostModel, Sequence[Turn] | None], Snapshot]
@@ -56,10 +57,15 @@ class Planning:
         if policy.cache:
             return self._appended(snapshot, budget, cost, policy, fixed, commit, at)
         snap = snapshot(budget, cost, None)
-        fitted = plan(snap, budget, cost, policy)
+
+        def planned(policy: Policy) -> tuple[Context, Plan]:
+            fitted = plan(snap, budget, cost, policy)
+            return assemble(snap, fitted, budget, cost, self._images), fitted
+
+        ctx, fitted = light(planned, policy)
         if policy.sticky:
             self._last_tiers[budget.limit, cost.name] = fitted.tiers[: len(snap.pack.sealed)]
-        return assemble(snap, fitted, budget, cost, self._images)
+        return ctx
 
     def _appended(self, snapshot: Snapshotter, budget: Budget, cost: CostModel, policy: Policy, fixed: set[int],
                   commit: bool, at: float) -> Context:
@@ -71,8 +77,8 @@ class Planning:
         def build(snap: Snapshot, fitted: Plan) -> Context:
             return assemble(snap, fitted, budget, cost, self._images)
 
-        ctx, state, _ = next_plan(self._plans.get(key), lambda: snapshot(budget, cost, None), tail, build,
-                                  budget, cost, policy, at)
+        ctx, state, _ = light(lambda policy: next_plan(self._plans.get(key), lambda: snapshot(budget, cost, None),
+                                                       tail, build, budget, cost, policy, at), policy)
         if commit:
             if policy.sticky:  # what a compaction may not sharpen (plan.never_sharper)
                 tiers = {s.page.index: s.tier for s in ctx.pages} | {p.index: Tier.GONE for p in ctx.gone}

@@ -43,6 +43,7 @@ from .policy import Policy
 from .promptcache import CachePricing, get_cache_pricing, pricing_for
 from .schedule import AgeLadder, page_costs
 from .tiers import Tier
+from .weight import within
 
 Event = Literal["append", "verbatim", "first", "forced", "paid"]
 
@@ -232,9 +233,8 @@ def _append(state: Frozen | None, base: Snapshot, tail: Since, build: Build, bud
         if not policy.verbatim:
             return None
         whole = as_it_came(base, ceiling, budget.limit, image_cap) if ceiling is not None else None
-        if whole is None:
-            return None
-        return build(base, whole), Frozen(verbatim=True, fixed=fixed)
+        ctx = build(base, whole) if whole is not None else None
+        return (ctx, Frozen(verbatim=True, fixed=fixed)) if ctx is not None and within(ctx) else None
     if state.fixed != fixed or state.upto < 0:  # upto < 0: nothing was frozen (planned afresh)
         return None
     made = frozen_plan(state, tail(state.upto), cost)
@@ -247,7 +247,8 @@ def _append(state: Frozen | None, base: Snapshot, tail: Since, build: Build, bud
     if fplan.tokens + _factsheet_tokens(snap, fplan) > limit or (
             image_cap is not None and _images(snap, fplan) > image_cap):
         return None
-    return build(snap, fplan), state
+    ctx = build(snap, fplan)
+    return (ctx, state) if within(ctx) else None
 
 
 def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapshot, Plan] | None:
