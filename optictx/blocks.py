@@ -18,9 +18,10 @@ IN_PLACE = " \u2192 after page"
 
 def short_id(call_id: str) -> str:
     """A tool call's id as a page shows it: enough to pair a call with its result on the pages
-    around it ("…kiZ1" for toolu_01W9LCHJ6mYamqQfjEYBkiZ1); the transcript keeps the whole id, and
-    a call and its result always follow each other on the pages."""
-    return call_id if len(call_id) <= 8 else "\u2026" + call_id[-4:]
+    around it ("[kiZ1]" for toolu_01W9LCHJ6mYamqQfjEYBkiZ1); the transcript keeps the whole id, and
+    a call and its result always follow each other on the pages. No mark says it is cut: neither
+    reader reads an ellipsis at TINY, and "..kiZ1" lost its dots (BENCHMARKS.md, "A call's id")."""
+    return call_id if len(call_id) <= 8 else call_id[-4:]
 
 
 def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
@@ -49,5 +50,6 @@ def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
         if text[pos:].strip() or (pos == 0 and not turn.tool_calls):
             blocks.append(Block(text[pos:].strip("\n"), "text"))
     for call in turn.tool_calls:
-        blocks.append(Block(f"call {call.function.name}({call.function.arguments}) [{short_id(call.id)}]", "code"))
+        # The id first: after the arguments a wrap could part "[" from the rest of it.
+        blocks.append(Block(f"call [{short_id(call.id)}] {call.function.name}({call.function.arguments})", "code"))
     return blocks
