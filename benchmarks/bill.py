@@ -208,7 +208,8 @@ def _table(corpus: str, provider: str, rows: list[dict[str, Any]]) -> None:
     n = max(1, sum(r["requests"] for r in rows))
     print(f"- page images per request at most {max(r['max_images'] for r in rows)}; pages dropped at most "
           f"{max(r['gone'] for r in rows)} in one request; bytes per request {sum(r['bytes'] for r in rows) / n:,.0f} "
-          f"(as it came {sum(r['client_bytes'] for r in rows) / n:,.0f})")
+          f"(as it came {sum(r['client_bytes'] for r in rows) / n:,.0f}), at most "
+          f"{max(r.get('max_bytes', 0) for r in rows):,} in one")
     sys.stdout.flush()
 
 

@@ -93,6 +93,7 @@ class SessionBill:
                 "max_images": max((r.images for r in self.rows), default=0),
                 "gone": max((r.gone for r in self.rows), default=0),
                 "bytes": sum(r.bytes for r in self.rows), "client_bytes": sum(r.client_bytes for r in self.rows),
+                "max_bytes": max((r.bytes for r in self.rows), default=0),
                 "passthrough_tokens": sum(r.passthrough_tokens for r in self.rows),
                 "optictx_tokens": sum(r.optictx_tokens for r in self.rows),
                 "passthrough_cost": round(self.passthrough), "optictx_cost": round(self.optictx),
