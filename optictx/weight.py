@@ -13,7 +13,6 @@ from typing import TypeVar
 from .context import Context
 from .pieces import PageSegment, TextSegment
 from .policy import Policy
-from .tiers import Tier
 
 
 def _worst_page(seg: PageSegment) -> int:
@@ -36,7 +35,7 @@ def _weight(ctx: Context, page: Callable[[PageSegment], int], text: Callable[[st
     total = 0
     for seg in ctx.segments:
         if isinstance(seg, PageSegment):
-            total += page(seg) if seg.tier.is_image and seg.tier is not Tier.GONE else text(seg.text)
+            total += page(seg) if seg.tier.is_image else text(seg.text)
         else:
             total += text(seg.text) + sum(len(json.dumps(p)) for p in _parts(seg))
     return total
@@ -77,7 +76,8 @@ def images_within(ctx: Context) -> int | None:
         if room < 0:
             break
         fit += 1
-    native = sum(len(_parts(seg)) for seg in ctx.segments if isinstance(seg, TextSegment))
+    native = sum(1 for seg in ctx.segments if isinstance(seg, TextSegment) for p in _parts(seg)
+                 if "image" in str(p.get("type")))
     return max(0, min(fit, len(pages) - 1)) + native
 
 
@@ -88,11 +88,10 @@ def light(make: Callable[[Policy], Made], policy: Policy, tries: int = 8) -> Mad
     """`make(policy)` (a tuple, its context first), made again under a lower images cap while
     its context weighs more than a request may: a tier sharpened by the room the pages left
     may take some of it back, so a few tries may be needed."""
-    made = make(policy)
+    made, last = make(policy), None
     for _ in range(tries):
         cap = images_within(made[0])
-        if cap is None:
+        if cap is None or cap == last:  # within, or its text alone is over: no page left to give way
             break
-        limits = policy.limits.model_copy(update={"max_images": cap})
-        made = make(replace(policy, limits=limits))
+        made, last = make(replace(policy, limits=policy.limits.model_copy(update={"max_images": cap}))), cap
     return made

@@ -53,3 +53,14 @@ def test_the_providers_limits_are_the_documented_ones():
     assert get_cost_model("anthropic").max_request_bytes == 32_000_000
     assert get_cost_model("openai:gpt-4o").max_request_bytes == 50_000_000
     assert get_cost_model("deepseek-ocr").max_request_bytes is None  # a local model: no request to refuse
+
+
+def test_a_limit_the_text_alone_is_over_gives_up_its_pages_and_stops():
+    """Nothing can bring it within: every page gives way, and the planner stops trying."""
+    tiny = replace(get_cost_model("deepseek-ocr"), max_request_bytes=1_000)
+    mem = Memory(budget=60_000, vision=tiny)
+    rng = random.Random(1)
+    for i in range(24):
+        mem.add(_turn(rng, i))
+    ctx = mem.context()
+    assert not [p for p in ctx.pages if p.tier.is_image] and ctx.gone
