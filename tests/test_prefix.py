@@ -236,7 +236,10 @@ def test_at_the_defaults_the_saving_comes_from_pages_not_from_forgetting(sample,
 
 def _first_paid(sample, **policy) -> int | None:
     """The call (an agent loop's, one per non-assistant turn) of the first paid compaction."""
-    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", **{"risk": None, **policy})
+    # One key for every margin: a page's handle is drawn on it, so memories of random keys hold
+    # pages a token apart, and the calls compared would not be the same calls.
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision="anthropic", key="00" * 16,
+                 **{"risk": None, **policy})
     calls = 0
     for m in sample:
         mem.add(m)
