@@ -7,8 +7,9 @@ costs more than the tokens it saves. Here the pages, their tiers and the factshe
 a compaction (`Frozen`); every later call sends the same front and the turns since then as
 themselves. A compaction is an explicit, priced event (`Planned.event`), decided by `next_plan`:
 
-- forced: the appended prompt would exceed the hard budget or the images cap, or the system and
-  pinned turns changed. It plans to the budget less `Policy.headroom`, so the next one is far.
+- forced: the appended prompt would exceed the hard budget, the images cap or the bytes one
+  request may carry (`weight.py`), or the system and pinned turns changed. It plans to the
+  budget less `Policy.headroom`, so the next one is far.
 - paid: what it saves on every later prompt, read from the cache at the provider's price over
   the calls still to come (estimated as `Policy.horizon` times the calls so far, or
   `Policy.first_horizon` times them for the first compaction), exceeds
