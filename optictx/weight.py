@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from .context import Context
+from .native import IMAGE_PARTS
 from .pieces import PageSegment, TextSegment
 from .policy import Policy
 
@@ -25,20 +26,23 @@ def _worst_page(seg: PageSegment) -> int:
     return (size[0] * size[1] * bits // 8 * 2 + 4096) * 4 // 3
 
 
-def _parts(seg: TextSegment) -> list[dict]:
+def _parts(seg: object) -> list[dict]:
     """What a text segment's turn carries beside its text (a client's images)."""
-    content = seg.turn.content if seg.turn is not None else None
+    turn = seg.turn if isinstance(seg, TextSegment) else None
+    content = turn.content if turn is not None else None
     return [p for p in content if p.get("type") != "text"] if isinstance(content, list) else []
 
 
-def _weight(ctx: Context, page: Callable[[PageSegment], int], text: Callable[[str], int]) -> int:
-    total = 0
+def _load(ctx: Context, page: Callable[[PageSegment], int], text: Callable[[str], int]) -> tuple[int, list[int]]:
+    """The bytes of what `ctx` carries beside its page images (its text as `text` weighs it, its
+    client's images as JSON), and each page image's as `page` weighs it, oldest first."""
+    rest, pages = 0, []
     for seg in ctx.segments:
-        if isinstance(seg, PageSegment):
-            total += page(seg) if seg.tier.is_image else text(seg.text)
+        if isinstance(seg, PageSegment) and seg.tier.is_image:
+            pages.append(page(seg))
         else:
-            total += text(seg.text) + sum(len(json.dumps(p)) for p in _parts(seg))
-    return total
+            rest += text(seg.text) + sum(len(json.dumps(p)) for p in _parts(seg))
+    return rest, pages
 
 
 def _worst_text(text: str) -> int:
@@ -49,35 +53,45 @@ def _json_text(text: str) -> int:
     return len(json.dumps(text))  # ASCII-escaped: never shorter than the UTF-8 a body may use
 
 
-def within(ctx: Context) -> bool:
-    """Whether `ctx` goes in a request its consumer takes: its page images as sent, its text as
-    JSON at its longest and its client images within `max_request_bytes` (always, with no limit).
-    Pages are encoded for it only where a bound on their bytes does not already settle it; the
-    encodings are cached, and sending the context needs them anyway."""
-    cap = ctx.vision.max_request_bytes
-    return cap is None or _weight(ctx, _worst_page, _worst_text) <= cap or _weight(ctx, _sent, _json_text) <= cap
-
-
 def _sent(seg: PageSegment) -> int:
     return len(seg.images.image_base64(seg.page, seg.tier))
+
+
+def _over(ctx: Context) -> tuple[int, list[int]] | None:
+    """None when `ctx` is within its consumer's `max_request_bytes` (or it has none); else its
+    load as sent (`_load`). Pages are encoded for it only where a bound on their bytes does not
+    already settle it; the encodings are cached, and sending the context needs them anyway."""
+    cap = ctx.vision.max_request_bytes
+    if cap is None:
+        return None
+    for page, text in ((_worst_page, _worst_text), (_sent, _json_text)):
+        rest, pages = _load(ctx, page, text)
+        if rest + sum(pages) <= cap:
+            return None
+    return rest, pages
+
+
+def within(ctx: Context) -> bool:
+    """Whether `ctx` goes in a request its consumer takes: its page images as sent, its text as
+    JSON and its client's images within `max_request_bytes` (always, with no limit)."""
+    return _over(ctx) is None
 
 
 def images_within(ctx: Context) -> int | None:
     """None when `ctx` is `within` its consumer's bytes; else the images (pages and the client's
     own, as `Limits.max_images` counts them) a context like it may hold: its newest pages that fit
     beside its text, fewer than it holds."""
-    if within(ctx):
+    over = _over(ctx)
+    if over is None:
         return None
-    room = ctx.vision.max_request_bytes - _weight(ctx, lambda seg: 0, _json_text)  # type: ignore[operator]
-    pages = [seg for seg in ctx.pages if seg.tier.is_image]
-    fit = 0
-    for seg in reversed(pages):  # newest first
-        room -= _sent(seg)
+    rest, pages = over
+    room, fit = ctx.vision.max_request_bytes - rest, 0  # type: ignore[operator]
+    for size in reversed(pages):  # newest first
+        room -= size
         if room < 0:
             break
         fit += 1
-    native = sum(1 for seg in ctx.segments if isinstance(seg, TextSegment) for p in _parts(seg)
-                 if "image" in str(p.get("type")))
+    native = sum(1 for seg in ctx.segments for p in _parts(seg) if p.get("type") in IMAGE_PARTS)
     return max(0, min(fit, len(pages) - 1)) + native
 
 
