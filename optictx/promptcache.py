@@ -10,7 +10,7 @@ line per provider with the page it was read from and the date.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -143,6 +143,54 @@ class Request:
     def tokens(self) -> int:
         return sum(b.tokens for b in self.blocks)
 
+    def prefixes(self) -> Prefixes:
+        """Its blocks' prefixes, and its breakpoints (the automatic one included)."""
+        chain = Chain()
+        for b in self.blocks:
+            chain.push(b.key, b.tokens)
+        marks = [i for i, b in enumerate(self.blocks) if b.breakpoint]
+        if self.automatic and self.blocks and (not marks or marks[-1] != len(self.blocks) - 1):
+            marks.append(len(self.blocks) - 1)
+        return Prefixes(chain, len(self.blocks), tuple(marks), self.at)
+
+
+class Chain:
+    """Blocks one after another, with the digest and the token total of every prefix, each
+    computed once as its block is pushed: a session's requests, each the one before with a few
+    blocks more, are priced without hashing the whole conversation again (`Prefixes`). A prefix's
+    digest is over the one before it and its last block's key."""
+
+    def __init__(self) -> None:
+        self.digests: list[bytes] = []
+        self.totals: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.digests)
+
+    def push(self, key: str, tokens: int) -> None:
+        head = self.digests[-1] if self.digests else b""
+        self.digests.append(hashlib.sha256(head + key.encode("utf-8", "surrogatepass") + b"\0").digest())
+        self.totals.append((self.totals[-1] if self.totals else 0) + tokens)
+
+    def cut(self, n: int) -> None:
+        """Only the first `n` blocks kept (a client rewrote what followed them)."""
+        del self.digests[n:], self.totals[n:]
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """A request as its chain's first `n` blocks, with breakpoints after the blocks `marks`
+    (indexes), sent `at`."""
+
+    chain: Chain
+    n: int
+    marks: tuple[int, ...] = ()
+    at: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.chain.totals[self.n - 1] if self.n else 0
+
 
 @dataclass(frozen=True)
 class Bill:
@@ -158,17 +206,6 @@ class Bill:
         return self.uncached + self.read + self.written
 
 
-def _prefixes(blocks: Sequence[Block]) -> tuple[list[bytes], list[int]]:
-    """The digest and the token count of every block prefix (index i: blocks[:i + 1])."""
-    digests, totals, h, total = [], [], hashlib.sha256(), 0
-    for b in blocks:
-        h.update(b.key.encode("utf-8", "surrogatepass") + b"\0")
-        digests.append(h.copy().digest())
-        total += b.tokens
-        totals.append(total)
-    return digests, totals
-
-
 class PromptCache:
     """A provider's cache over a sequence of requests: `bill(request)` prices one and updates
     what is cached, as the provider would."""
@@ -178,61 +215,57 @@ class PromptCache:
         self._entries: dict[bytes, float] = {}  # prefix digest -> expiry
         self._last: list[bytes] = []  # prefill: the previous prompt's prefixes
 
-    def bill(self, request: Request) -> Bill:
-        blocks = request.blocks
-        digests, totals = _prefixes(blocks)
+    def bill(self, request: Request | Prefixes) -> Bill:
+        """What `request` costs (as blocks, or as a chain's prefixes: the same bill)."""
+        p = request.prefixes() if isinstance(request, Request) else request
         mode = self.pricing.mode
         if mode == "prefill":
-            read, written = self._prefill(digests, totals), 0
+            read, written = self._prefill(p), 0
         elif mode == "automatic":
-            read, written = self._automatic(digests, totals, request.at), 0
+            read, written = self._automatic(p), 0
         else:
-            read, written = self._breakpoints(request, digests, totals)
-        total = totals[-1] if totals else 0
-        uncached = total - read - written
-        p = self.pricing
-        return Bill(uncached, read, written, uncached + read * p.read + written * p.write)
+            read, written = self._breakpoints(p)
+        uncached = p.tokens - read - written
+        return Bill(uncached, read, written, uncached + read * self.pricing.read + written * self.pricing.write)
 
     def _alive(self, digest: bytes, at: float) -> bool:
         expiry = self._entries.get(digest)
         return expiry is not None and expiry >= at
 
-    def _prefill(self, digests: list[bytes], totals: list[int]) -> int:
+    def _prefill(self, p: Prefixes) -> int:
+        digests = p.chain.digests[: p.n]
         common = next((i for i, (a, b) in enumerate(zip(digests, self._last)) if a != b),
                       min(len(digests), len(self._last)))
         self._last = digests
-        return totals[common - 1] if common else 0
+        return p.chain.totals[common - 1] if common else 0
 
-    def _automatic(self, digests: list[bytes], totals: list[int], at: float) -> int:
-        p = self.pricing
-        hit = next((totals[i] for i in range(len(digests) - 1, -1, -1) if self._alive(digests[i], at)), 0)
-        for d in digests:
-            self._entries[d] = at + p.ttl
-        if hit < p.min_tokens:
+    def _automatic(self, p: Prefixes) -> int:
+        digests, totals, ttl = p.chain.digests, p.chain.totals, self.pricing.ttl
+        hit = next((totals[i] for i in range(p.n - 1, -1, -1) if self._alive(digests[i], p.at)), 0)
+        self._entries.update(dict.fromkeys(digests[: p.n], p.at + ttl))
+        if hit < self.pricing.min_tokens:
             return 0
-        return hit - hit % p.step
+        return hit - hit % self.pricing.step
 
-    def _breakpoints(self, request: Request, digests: list[bytes], totals: list[int]) -> tuple[int, int]:
-        p, at = self.pricing, request.at
-        marks = [i for i, b in enumerate(request.blocks) if b.breakpoint]
-        if request.automatic and request.blocks and (not marks or marks[-1] != len(request.blocks) - 1):
-            marks.append(len(request.blocks) - 1)
-        if len(marks) > p.max_breakpoints:
-            raise ConfigError(f"{len(marks)} cache breakpoints in one request; {p.name} allows {p.max_breakpoints}")
-        if not marks:
+    def _breakpoints(self, p: Prefixes) -> tuple[int, int]:
+        rules, at, digests, totals = self.pricing, p.at, p.chain.digests, p.chain.totals
+        if len(p.marks) > rules.max_breakpoints:
+            raise ConfigError(f"{len(p.marks)} cache breakpoints in one request; {rules.name} allows "
+                              f"{rules.max_breakpoints}")
+        if not p.marks:
             return 0, 0
         read_end = -1  # the last block of the longest prefix read
-        for m in marks:
-            for j in range(m, max(-1, m - p.lookback), -1):
+        for m in p.marks:
+            for j in range(m, max(-1, m - rules.lookback), -1):
                 if self._alive(digests[j], at):
                     read_end = max(read_end, j)
                     break
         read = totals[read_end] if read_end >= 0 else 0
-        cacheable = [m for m in marks if totals[m] >= p.min_tokens]
+        cacheable = [m for m in p.marks if totals[m] >= rules.min_tokens]
         last = max(cacheable, default=-1)
         written = max(0, totals[last] - read) if last > read_end else 0
         for i in (*cacheable, *([read_end] if read_end >= 0 else [])):
-            self._entries[digests[i]] = at + p.ttl
+            self._entries[digests[i]] = at + rules.ttl
         return read, written
 
 
