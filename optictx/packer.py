@@ -69,6 +69,13 @@ class Page:
         return tuple(dict.fromkeys(e.turn_id for e in self.entries if e.covers))
 
     @cached_property
+    def bounds(self) -> tuple[int, int] | None:
+        """Its first and last turn (None: it shows none), found once: a sealed page is asked on
+        every request (`recall.spans_of`)."""
+        ids = self.turn_ids
+        return (min(ids), max(ids)) if ids else None
+
+    @cached_property
     def refers(self) -> tuple[Entry, ...]:
         """Its references to another page's lines (`Entry.source`)."""
         return tuple(e for e in self.entries if e.source is not None)

@@ -200,9 +200,10 @@ def spans_of(pages: Iterable[object]) -> list[Span]:
     """The spans of pages that have a handle and hold a turn (`packer.Page`)."""
     out = []
     for p in pages:
-        handle, ids = getattr(p, "handle", None), getattr(p, "turn_ids", ())
-        if handle and ids:
-            out.append(Span(handle, min(ids), max(ids)))
+        handle = getattr(p, "handle", None)
+        bounds = getattr(p, "bounds", None) if handle else None
+        if bounds is not None:
+            out.append(Span(handle, *bounds))
     return out
 
 
