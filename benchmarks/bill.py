@@ -39,7 +39,8 @@ from typing import Any
 
 from optictx.cost import get_cost_model
 from optictx.eval.bill import MODELS, gaps_arg, replay, risk_arg
-from optictx.eval.bodies import anthropic_blocks, anthropic_body
+from optictx.eval.bodies import blocks_of
+from optictx.eval.requests import client_body
 from optictx.eval.sessions import load_session
 from optictx.promptcache import PromptCache, Request
 
@@ -111,13 +112,14 @@ def _pxpipe(job: tuple[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.json"
         for k in range(len(session.calls)):
-            body = anthropic_body(session, k, "claude-fable-5")
+            body = client_body(session, k, "anthropic", "claude-fable-5")
             src.write_text(json.dumps(body))
             out = subprocess.run(["node", str(Path(peer) / "transform.mjs"), str(src), "claude-fable-5"],
                                  capture_output=True, check=True).stdout
             sent = json.loads(out)
-            a = plain.bill(Request(anthropic_blocks(body, cost, counted), k * 60.0))
-            b = cache.bill(Request(anthropic_blocks(sent, cost, counted), k * 60.0, automatic="cache_control" in sent))
+            a = plain.bill(Request(blocks_of("anthropic", body, cost, counted), k * 60.0))
+            b = cache.bill(Request(blocks_of("anthropic", sent, cost, counted), k * 60.0,
+                                   automatic="cache_control" in sent))
             ours_plain += a.cost
             theirs += b.cost
             tokens[0] += a.tokens

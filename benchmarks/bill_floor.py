@@ -23,7 +23,8 @@ from pathlib import Path
 
 from optictx import Memory
 from optictx.cost import get_cost_model
-from optictx.eval.bodies import anthropic_blocks, anthropic_body
+from optictx.eval.bodies import blocks_of
+from optictx.eval.requests import client_body
 from optictx.eval.sessions import load_session
 from optictx.promptcache import CACHE_PRICING, PromptCache, Request
 from optictx.tiers import Tier
@@ -45,7 +46,7 @@ def floor(path: Path, scale: float) -> tuple[str, float, float, float]:
     passthrough = cheapest = 0.0
     fixed = None
     for k in range(len(session.calls)):
-        blocks = anthropic_blocks(anthropic_body(session, k, "claude-opus-4-5"), cost, counted)
+        blocks = blocks_of("anthropic", client_body(session, k, "anthropic", "claude-opus-4-5"), cost, counted)
         fixed = blocks[0].tokens if fixed is None else fixed  # the system prompt (and tools)
         bill = plain.bill(Request(blocks, k * 60.0))
         passthrough += bill.cost

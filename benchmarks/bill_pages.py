@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from optictx.eval.bill import MODELS
-from optictx.eval.bodies import anthropic_body, openai_body
+from optictx.eval.requests import client_body
 from optictx.eval.sessions import load_session
 from optictx.readers import TesseractReader, char_accuracy
 from optictx.serve.anthropic_api import ANTHROPIC
@@ -36,7 +36,7 @@ def last_context(path: Path, provider: str):
     times, fitted, body = [], None, None
     try:
         for k in range(len(session.calls)):
-            body = (anthropic_body if anthropic else openai_body)(session, k, MODELS[provider])
+            body = client_body(session, k, "anthropic" if anthropic else "openai", MODELS[provider])
             raw = json.dumps(body).encode()
             t0 = time.perf_counter()
             fitted = proxy.fit(dialect, dialect.parse(body, raw), {"x-api-key": "pages"})

@@ -24,17 +24,19 @@ from pathlib import Path
 
 
 def dump(sessions: list[str], out: Path, api: str) -> None:
-    from optictx.eval.bodies import anthropic_body, openai_body
+    from optictx.eval.requests import Requests
     from optictx.eval.sessions import load_session
 
-    body, model = (anthropic_body, "claude-sonnet-4-5") if api == "anthropic" else (openai_body, "gpt-4o")
+    model = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
 
     out.mkdir(parents=True, exist_ok=True)
     for path in sessions:
         session = load_session(path)
+        requests = Requests(session, api, model)
         with (out / f"{session.name}.bodies.jsonl").open("w") as f:
             for k in range(len(session.calls)):
-                f.write(json.dumps(body(session, k, model)) + "\n")
+                requests.to(k)
+                f.write(json.dumps(requests.body()) + "\n")
         print(session.name, len(session.calls), "requests")
 
 

@@ -205,14 +205,19 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     fields beside its role and content (one a proxy keeps as it came), stay as they came."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if out and out[-1]["role"] == m["role"] in ("user", "assistant") and _plain(out[-1]) and _plain(m):
-            # a new message: the merged ones stay as they were
-            out[-1] = {**out[-1], "content": [*_blocks(out[-1]["content"]), *_blocks(m["content"])]}
-        else:
-            out.append(m)
+        merge_into(out, m)
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [_text_block("(the conversation so far continues below)")]})
     return out
+
+
+def merge_into(out: list[dict[str, Any]], m: dict[str, Any]) -> None:
+    """`m` appended to `out`, or merged into its last message (`_merge_roles`, one step)."""
+    if out and out[-1]["role"] == m["role"] in ("user", "assistant") and _plain(out[-1]) and _plain(m):
+        # a new message: the merged ones stay as they were
+        out[-1] = {**out[-1], "content": [*_blocks(out[-1]["content"]), *_blocks(m["content"])]}
+    else:
+        out.append(m)
 
 
 def _plain(message: dict[str, Any]) -> bool:

@@ -131,7 +131,8 @@ def _bill_reads_the_transcript(home: Path, sent: list[dict], arrivals: list, cap
     sent them (the tap's record, cache marks aside), and the usage the upstream reported for
     each call as the billed column."""
     from optictx.cli import main
-    from optictx.eval.bodies import native_body
+    from optictx.eval.bill import replay
+    from optictx.eval.requests import client_body
     from optictx.eval.sessions import load_session
 
     from serve_peers import _anthropic_answer, _anthropic_usage
@@ -140,8 +141,11 @@ def _bill_reads_the_transcript(home: Path, sent: list[dict], arrivals: list, cap
     session = load_session(transcript)
     assert len(session.calls) == len(sent)
     for k, client in enumerate(sent):
-        assert [_unmarked(m) for m in native_body(session, k)["messages"]] == [_unmarked(m) for m in client["messages"]]
-    assert native_body(session, 0)["tools"] == client["tools"]  # recorded by this version
+        ours = client_body(session, k, "anthropic", "")["messages"]
+        assert [_unmarked(m) for m in ours] == [_unmarked(m) for m in client["messages"]]
+    assert client_body(session, 0, "anthropic", "")["tools"] == client["tools"]  # recorded by this version
+    # Built request by request (`eval/grown.py`), the bill is the one the wire gives.
+    assert replay(session, "anthropic").rows == replay(session, "anthropic", wire=True).rows
     assert main(["bill", str(transcript), "--json"]) == 0
     bill = json.loads(capsys.readouterr().out.splitlines()[0])
     assert bill["requests"] == len(sent) and bill["provider"] == "anthropic"

@@ -39,7 +39,8 @@ def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     (it went upstream as it came, so the upstream's record is the client's), and the usage the
     upstream reported for every call as the billed column."""
     from optictx.cli import main
-    from optictx.eval.bodies import native_body
+    from optictx.eval.bill import replay
+    from optictx.eval.requests import client_body
     from optictx.eval.sessions import load_session
 
     from serve_peers import _responses_answer
@@ -47,11 +48,13 @@ def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     [rollout] = (home / "sessions").glob("*/*/*/rollout-*.jsonl")
     session = load_session(rollout)
     assert len(session.calls) == len(bodies)
-    first, sent = native_body(session, 0)["input"], bodies[0]["input"]
+    first, sent = client_body(session, 0, "responses", "")["input"], bodies[0]["input"]
     assert first[1:] == sent[1:]
     # The base instructions as the rollout keeps them: Codex sends a variant of them for its model.
     assert first[0]["role"] == sent[0]["role"] == "developer"
     assert first[0]["content"][0]["text"][:60] == sent[0]["content"][0]["text"][:60]
+    # Built request by request (`eval/grown.py`), the bill is the one the wire gives.
+    assert replay(session, "openai:gpt-5").rows == replay(session, "openai:gpt-5", wire=True).rows
     assert main(["bill", str(rollout), "--json"]) == 0
     bill = json.loads(capsys.readouterr().out.splitlines()[0])
     assert bill["requests"] == len(bodies) and bill["provider"] == "openai:gpt-5"

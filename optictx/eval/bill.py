@@ -15,17 +15,24 @@ is counted with cl100k_base, images by the cost model.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from ..cost import get_cost_model
+from ..cost import CostModel, get_cost_model
 from ..errors import ConfigError
 from ..policy import Policy
-from ..promptcache import CachePricing, PromptCache, Request, dollars, get_cache_pricing
-from .bodies import anthropic_blocks, client_body, openai_blocks, responses_blocks
+from ..promptcache import Bill, CachePricing, Prefixes, PromptCache, Request, dollars, get_cache_pricing
+from ..serve.dialect import MENTION, Dialect
+from .bodies import Client, blocks_of
+from .grown import Grower
+from .requests import Requests
 from .sessions import Session, Usage, load_session, sessions
+
+if TYPE_CHECKING:
+    from ..serve.proxy import Fitted, Proxy
 
 __all__ = ["MODELS", "PROVIDERS", "Row", "Session", "SessionBill", "load_session", "replay", "report", "sessions"]
 
@@ -133,13 +140,16 @@ def risk_arg(text: str) -> float:
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
-           risk: float | None = 0.1, words: bool = True) -> SessionBill:
+           risk: float | None = 0.1, words: bool = True, wire: bool = False) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
-    apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings."""
+    apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings. Each
+    request is built from the one before and handed to the proxy as the turns it adds
+    (`grown.py`), unless it is not the one before grown, or `wire`: then it goes whole, as bytes,
+    the way `optictx serve` reads it (the same bill, in time that grows with the square of the
+    session's length)."""
     gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
-    from ..serve.guards import read
     from ..serve.openai_api import OPENAI
     from ..serve.proxy import Proxy, vision_for
     from ..serve.responses_api import RESPONSES
@@ -149,7 +159,6 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     model = native.model if native is not None and native.model else MODELS.get(provider, provider)
     api = native.api if native is not None else ("anthropic" if provider.startswith("anthropic") else "openai")
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[api]
-    blocks = {"anthropic": anthropic_blocks, "openai": openai_blocks, "responses": responses_blocks}[api]
     cost = get_cost_model(vision_for(model, dialect.provider, vision))
     settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk, "words": words}
     config = ServeConfig.make(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
@@ -158,34 +167,98 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     if budget is not None:
         headers["x-optictx-budget"] = str(budget)
     proxy = Proxy(config)
-    plain, ours = PromptCache(pricing), PromptCache(pricing)
-    rows = []
-    spend = [0.0, 0.0]
-    counted: dict[str, int] = {}
-    at = 0.0
+    named = (f"bill{n:04d}" for n in itertools.count())
+    proxy.conversations.new_id = lambda: next(named)
+    steps = _Steps(proxy, dialect, api, Requests(session, api, model), cost, PromptCache(pricing),
+                   PromptCache(pricing), headers, wire)
+    rows, spend, at = [], [0.0, 0.0], 0.0
     try:
         for k in range(len(session.calls)):
-            body = client_body(session, k, api, model)
-            raw = json.dumps(body).encode()
             at += gaps[k % len(gaps)]  # the replay's clock, for the proxy's planner and the cache alike
-            fitted = proxy.fit(dialect, read(dialect, raw), headers, at=at)
-            sent = json.loads(fitted.body)
-            a = plain.bill(Request(blocks(body, cost, counted), at))
-            b = ours.bill(Request(blocks(sent, cost, counted), at, automatic="cache_control" in sent))
+            a, b, fitted, size, client_size = steps.step(k, at)
             ctx = fitted.context
-            event = fitted.fallback or (ctx.event if ctx is not None else None) or "-"
             images = sum(1 for p in ctx.pages if p.tier.is_image) if ctx is not None else 0
+            event = fitted.fallback or (ctx.event if ctx is not None else None) or "-"
             rows.append(Row(k, a.tokens, b.tokens, a.cost, b.cost, event, images, len(ctx.gone) if ctx else 0,
-                            len(fitted.body), len(raw)))
+                            size, client_size))
             for i, bill in enumerate((a, b)):
-                d = dollars(bill, model, pricing)
-                spend[i] += d or 0.0
+                spend[i] += dollars(bill, model, pricing) or 0.0
     finally:
         proxy.close()
     money = (round(spend[0], 4), round(spend[1], 4)) if any(spend) else (None, None)
     recorded = session.billed if session.provider.split(":")[0] == provider.split(":")[0] else []
     return SessionBill(session.name, provider, rows, billed(recorded, pricing), money,
                        sum(c["prompt"] for c in recorded) if recorded else None)
+
+
+class _Steps:
+    """One request after another through the proxy, priced both ways: each built from the one
+    before and handed to the proxy as the turns it adds (`grown.py`, `Proxy.grow`; its blocks
+    priced from the last request's, `bodies.Client`), or, on the `wire`, each written whole as
+    bytes, read as `optictx serve` reads them and priced whole: the oracle the other is held to."""
+
+    def __init__(self, proxy: Proxy, dialect: Dialect, api: str, requests: Requests, cost: CostModel,
+                 plain: PromptCache, ours: PromptCache, headers: dict[str, str], wire: bool) -> None:
+        from ..serve.guards import read  # the serve extra's
+
+        self.proxy, self.dialect, self.api, self.requests, self.cost = proxy, dialect, api, requests, cost
+        self.plain, self.ours, self.headers, self.wire, self.read = plain, ours, headers, wire, read
+        self.counted: dict[str, int] = {}
+        self.grower = Grower(dialect)
+        self.client = Client(self.api, cost, self.counted, MENTION)  # the client's requests
+        self.mine = Client(self.api, cost, self.counted, MENTION)  # optictx's
+        self.conversation = "-"  # the one the proxy keeps them in
+
+    def step(self, k: int, at: float) -> tuple[Bill, Bill, Fitted, int, int]:
+        """Request k: its bill as it came and through optictx, what the proxy did, the bytes of
+        optictx's body and of the client's."""
+        if self.wire:
+            return self._whole(k, at)
+        requests, grower = self.requests, self.grower
+        first = requests.to(k)
+        theirs = self.client.update(requests.head, requests.items, first, at)
+        held = len(grower.last.turns) if grower.last is not None else 0
+        parsed = None if self.conversation == "-" else grower.next(
+            requests.head, requests.key, requests.items, first, frozenset(self.client.named))
+        if parsed is not None:
+            fitted = self.proxy.grow(self.conversation, self.dialect, parsed, held, self.headers, at=at)
+        else:
+            whole = self.read(self.dialect, json.dumps(requests.body()).encode())
+            fitted = self.proxy.fit(self.dialect, whole, self.headers, at=at)
+            grower.whole(whole, requests.head, requests.key, requests.items)
+        self._held(fitted)
+        a = self.plain.bill(theirs)
+        if fitted.context is None or fitted.context.verbatim:  # the client's own bytes went
+            return a, self.ours.bill(_automatic(theirs, requests.head)), fitted, self.client.bytes, self.client.bytes
+        sent = json.loads(fitted.body)
+        return a, self.ours.bill(_automatic(self.mine.sent(sent, at), sent)), fitted, len(fitted.body), \
+            self.client.bytes
+
+    def _whole(self, k: int, at: float) -> tuple[Bill, Bill, Fitted, int, int]:
+        self.requests.to(k)
+        body = self.requests.body()
+        raw = json.dumps(body).encode()
+        fitted = self.proxy.fit(self.dialect, self.read(self.dialect, raw), self.headers, at=at)
+        sent = json.loads(fitted.body)
+        a = self.plain.bill(Request(blocks_of(self.api, body, self.cost, self.counted), at))
+        b = self.ours.bill(Request(blocks_of(self.api, sent, self.cost, self.counted), at,
+                                   automatic="cache_control" in sent))
+        return a, b, fitted, len(fitted.body), len(raw)
+
+    def _held(self, fitted: Fitted) -> None:
+        """The conversation the next request continues: the one this one went into, unless it
+        went as it came outside any (a turn too large to keep, a shape not understood)."""
+        kept = fitted.context is not None or fitted.fallback == "budget"
+        self.conversation = fitted.sent.conversation if kept else "-"
+
+
+def _automatic(prefixes: Prefixes, head: dict[str, Any]) -> Prefixes:
+    """The request with Anthropic's top-level cache_control, where its head has one: a breakpoint
+    on its last block."""
+    last = prefixes.n - 1
+    if "cache_control" not in head or last < 0 or last in prefixes.marks:
+        return prefixes
+    return replace(prefixes, marks=(*prefixes.marks, last))
 
 
 def report(bills: Sequence[SessionBill]) -> dict[str, Any]:

@@ -1,66 +1,22 @@
-"""A recorded session's requests as its client sent them (request k: the messages before the k-th
-call, the client's own cache breakpoints), and what a request's body holds in the provider's
-cache order, as blocks with their tokens: text counted with cl100k_base, images by the cost
-model."""
+"""What a request's body holds in the provider's cache order, as blocks with their tokens: text
+counted with cl100k_base, images by the cost model; for a session's requests as its client grows
+them (`requests.py`), one chain of blocks grown with them (`Client`)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..cost import CostModel
-from ..export import _anthropic_message, _merge_roles
 from ..native import UNKNOWN_SIZE
-from ..promptcache import Block
-from ..sample import SYSTEM
+from ..promptcache import Block, Chain, Prefixes
 from ..tiers import Tier
 from ..tokens import get_tokenizer
-from ..turns import to_turn
-from .sessions import Session
-
-EPHEMERAL = {"type": "ephemeral"}
-
-
-# -- the client's requests ----------------------------------------------------------------------
-
-def _filler(tokens: int) -> str:
-    """A stand-in for a system prompt and tool definitions that were not recorded, of about
-    `tokens` cl100k tokens (only its size matters to the bill)."""
-    if tokens <= 0:
-        return ""
-    tok = get_tokenizer()
-    unit = SYSTEM + "\n"
-    n = max(1, tokens // max(1, tok.count(unit)))
-    return unit * n
-
-
-def anthropic_body(session: Session, k: int, model: str) -> dict[str, Any]:
-    """Request k as Claude Code sends it: the system prompt marked, the messages so far, the last
-    block marked (the breakpoint moves to the newest block on every request)."""
-    head = session.messages[: session.calls[k]]
-    turns = [to_turn(m) for m in head if m.get("role") != "system"]
-    messages = _merge_roles([_anthropic_message(t) for t in turns]) or [
-        {"role": "user", "content": [{"type": "text", "text": "(the task, not recorded)"}]}]
-    last = messages[-1]
-    messages[-1] = {**last, "content": [*last["content"][:-1], {**last["content"][-1], "cache_control": EPHEMERAL}]}
-    system_text = "\n\n".join(str(m.get("content")) for m in head if m.get("role") == "system")
-    system_text = system_text or _filler(session.system_tokens)
-    body: dict[str, Any] = {"model": model, "max_tokens": 32000, "messages": messages}
-    if system_text:
-        body["system"] = [{"type": "text", "text": system_text, "cache_control": EPHEMERAL}]
-    return body
-
-
-def openai_body(session: Session, k: int, model: str) -> dict[str, Any]:
-    head = [m for m in session.messages[: session.calls[k]]]
-    if not any(m.get("role") == "system" for m in head) and session.system_tokens:
-        head = [{"role": "system", "content": _filler(session.system_tokens)}, *head]
-    return {"model": model, "messages": head}
-
 
 # -- what a body costs --------------------------------------------------------------------------
 
@@ -126,77 +82,115 @@ def _priced(blocks: Sequence[Any], cost: CostModel, counted: dict[str, int] | No
     return tuple(out)
 
 
-def anthropic_blocks(body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
-                     ) -> tuple[Block, ...]:
-    """The body's blocks in the provider's cache order: tools, system, messages."""
+def _anthropic_head(body: dict[str, Any]) -> list[Any]:
     system = body.get("system") or []
-    system = [{"type": "text", "text": system}] if isinstance(system, str) else system
-    out = [*(body.get("tools") or []), *system]
-    for m in body["messages"]:
-        content = m["content"]
-        out.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
-    return _priced(out, cost, counted, True)
+    return [*(body.get("tools") or []), *([{"type": "text", "text": system}] if isinstance(system, str) else system)]
 
 
-def openai_blocks(body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
-                  ) -> tuple[Block, ...]:
-    out: list[Any] = [*(body.get("tools") or [])]
-    for m in body["messages"]:
-        content = m.get("content")
-        out.extend(content if isinstance(content, list) else [content or ""])
-        if m.get("tool_calls"):
-            out.append({"tool_calls": m["tool_calls"]})
-    return _priced(out, cost, counted, False)
+def _anthropic_item(message: dict[str, Any]) -> list[Any]:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-def responses_blocks(body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
-                     ) -> tuple[Block, ...]:
-    """A Responses API body's blocks in the provider's cache order: tools, instructions, then
-    each input item (a message's parts one by one)."""
-    out: list[Any] = [*(body.get("tools") or [])]
-    if isinstance(body.get("instructions"), str):
-        out.append(body["instructions"])
-    for item in body["input"]:
-        content = item.get("content") if isinstance(item, dict) else None
-        if isinstance(content, list):
-            out.extend({"type": "text", "text": p["text"]} if isinstance(p, dict) and isinstance(p.get("text"), str)
-                       else p for p in content)
-        else:
-            out.append(item)
-    return _priced(out, cost, counted, False)
+def _openai_item(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content")
+    out = list(content) if isinstance(content, list) else [content or ""]
+    return [*out, {"tool_calls": message["tool_calls"]}] if message.get("tool_calls") else out
 
 
-def _tail_marked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Claude Code's breakpoint on the newest block."""
-    last = messages[-1]
-    blocks = [{"type": "text", "text": last["content"]}] if isinstance(last["content"], str) else last["content"]
-    return [*messages[:-1], {**last, "content": [*blocks[:-1], {**blocks[-1], "cache_control": EPHEMERAL}]}]
+def _responses_head(body: dict[str, Any]) -> list[Any]:
+    instructions = body.get("instructions")
+    return [*(body.get("tools") or []), *([instructions] if isinstance(instructions, str) else [])]
 
 
-def native_body(session: Session, k: int) -> dict[str, Any]:
-    """Request k of a client's own session file as the client sent it: its recorded system
-    prompt and tools (where the file has none, a stand-in of the size the first call's usage
-    leaves for them), and its items so far."""
-    native = session.native
-    assert native is not None
-    items = native.items[: session.calls[k]]
-    head = dict(native.head)
-    if "tools" not in head and session.system_tokens:
-        head["tools"] = [{"name": "unrecorded", "description": _filler(session.system_tokens),
-                          "input_schema": {"type": "object"}} if native.api == "anthropic" else
-                         {"type": "function", "name": "unrecorded", "description": _filler(session.system_tokens)}]
-    if native.api == "responses":
-        return {**head, "input": items, "stream": True}
-    system = head.pop("system", None)
-    body = {**head, "max_tokens": 32000, "messages": _tail_marked(items) if items else items}
-    if system:
-        body["system"] = [*system[:-1], {**system[-1], "cache_control": EPHEMERAL}]
-    return body
+def _responses_item(item: Any) -> list[Any]:
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, list):
+        return [{"type": "text", "text": p["text"]} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+                for p in content]
+    return [item]
 
 
-def client_body(session: Session, k: int, api: str, model: str) -> dict[str, Any]:
-    """Request k as the session's client sent it: its own requests where its file holds them,
-    else the messages as an Anthropic (`api` "anthropic") or an OpenAI Chat client sends them."""
-    if session.native is not None:
-        return native_body(session, k)
-    return anthropic_body(session, k, model) if api == "anthropic" else openai_body(session, k, model)
+def _tools(body: dict[str, Any]) -> list[Any]:
+    return list(body.get("tools") or [])
+
+
+# Each API's body in the provider's cache order: what goes before the list (tools; a system
+# prompt, instructions), then each item's blocks; whether cache marks count (Anthropic's only).
+SHAPES: dict[str, tuple[str, Callable[[dict[str, Any]], list[Any]], Callable[[Any], list[Any]], bool]] = {
+    "anthropic": ("messages", _anthropic_head, _anthropic_item, True),
+    "openai": ("messages", _tools, _openai_item, False),
+    "responses": ("input", _responses_head, _responses_item, False),
+}
+
+
+def blocks_of(api: str, body: dict[str, Any], cost: CostModel, counted: dict[str, int] | None = None
+              ) -> tuple[Block, ...]:
+    """The body's blocks in the provider's cache order, priced."""
+    key, head, item, marked = SHAPES[api]
+    return _priced([*head(body), *(b for one in body[key] for b in item(one))], cost, counted, marked)
+
+
+class Client:
+    """A sequence of requests as the provider's cache sees them, each priced from the one before:
+    one chain of block prefixes (`promptcache.Chain`) whose blocks from the first item that
+    differs are redone, the request's bytes as JSON, and what a proxy reads in them besides
+    (`named`: every match of a pattern, found once per item). A client grows its requests so
+    (`Requests.to` says where they differ); optictx's are compared (`sent`)."""
+
+    def __init__(self, api: str, cost: CostModel, counted: dict[str, int], pattern: re.Pattern[bytes]) -> None:
+        self.api, self.cost, self.counted, self.pattern = api, cost, counted, pattern
+        self.chain = Chain()
+        self.named: set[bytes] = set()
+        self._starts: list[int] = []  # the chain index of each item's first block
+        self._sizes: list[int] = []  # each item's bytes
+        self._marks: list[int] = []  # the chain indexes of marked blocks
+        self._size = 0  # the head's bytes
+        self._last: tuple[dict[str, Any], list[Any]] | None = None  # the last request `sent` gave
+
+    def update(self, head: dict[str, Any], items: list[Any], first: int | None, at: float) -> Prefixes:
+        """A request of `head` and `items` (the API's list), whose items from `first` on differ
+        from the last request's (None: its head does too, or there was none)."""
+        _, of_head, of_item, marked = SHAPES[self.api]
+        if first is None:
+            self.chain, self._starts, self._sizes, self._marks = Chain(), [], [], []
+            self._push(of_head(head), marked)
+            first = 0
+            text = json.dumps({**head, SHAPES[self.api][0]: []}).encode()
+            self._size, self.named = len(text), {m.group(0) for m in self.pattern.finditer(text)}
+        cut = self._starts[first] if first < len(self._starts) else len(self.chain)
+        self.chain.cut(cut)
+        del self._starts[first:], self._sizes[first:]
+        self._marks = [m for m in self._marks if m < cut]
+        for one in items[first:]:
+            self._starts.append(len(self.chain))
+            self._push(of_item(one), marked)
+            text = json.dumps(one).encode()
+            self._sizes.append(len(text))
+            self.named.update(m.group(0) for m in self.pattern.finditer(text))
+        return Prefixes(self.chain, len(self.chain), tuple(self._marks), at)
+
+    def sent(self, body: dict[str, Any], at: float) -> Prefixes:
+        """A request given whole (optictx's, as the proxy wrote it): what it shares with the last
+        one given so (its head, its first items) is not priced again."""
+        key = SHAPES[self.api][0]
+        head = {k: v for k, v in body.items() if k != key}
+        items = body[key]
+        first = None
+        if self._last is not None and head == self._last[0]:
+            old = self._last[1]
+            n = min(len(old), len(items))
+            first = n if old[:n] == items[:n] else next(i for i in range(n) if old[i] != items[i])
+        self._last = (head, items)
+        return self.update(head, items, first, at)
+
+    @property
+    def bytes(self) -> int:
+        """The request's JSON (`json.dumps`), its items ", " apart."""
+        return self._size + sum(self._sizes) + 2 * max(0, len(self._sizes) - 1)
+
+    def _push(self, blocks: list[Any], marked: bool) -> None:
+        for b in _priced(blocks, self.cost, self.counted, marked):
+            if b.breakpoint:
+                self._marks.append(len(self.chain))
+            self.chain.push(b.key, b.tokens)

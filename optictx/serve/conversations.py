@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import handles
 from ..context import Context
+from ..errors import OptictxError
 from ..memory import Memory
 from ..turns import Turn
 from ..words import first_said, said
@@ -103,6 +104,7 @@ class Conversation:
     name: str | None = None
     drawn: int = 0  # sealed pages drawn ahead so far (`drawahead.py`): pages seal in order, never change
     shown: dict[str, tuple[int, int]] = field(default_factory=dict)  # pages in the ledger: handle -> span
+    sealed_shown: int = 0  # the memory's first pages, sealed, all in `shown`
 
 
 class Conversations:
@@ -121,6 +123,9 @@ class Conversations:
         self._open: OrderedDict[str, Conversation] = OrderedDict()
         self._opening: dict[str, threading.Event] = {}  # conversations being reopened: set when done
         self._lock = threading.Lock()  # guards `_open` and `_opening` only, never held across I/O
+        # A new conversation's id (its pages' handles are keyed by it): random, but a replay names
+        # its conversations in order, so that its bill is the same on every run (`optictx bill`).
+        self.new_id: Callable[[], str] = lambda: secrets.token_hex(8)
 
     def _get(self, conversation: str) -> Conversation | None:
         """An open conversation, reopened from the store if it has one. The proxy-wide lock is
@@ -163,7 +168,7 @@ class Conversations:
         """A new conversation, locked, open but not in the ledger until its first turns are in
         (`_grow`); its pages drawn for `vision` and `budget`, its first request's. Its memory is
         made outside the proxy-wide lock (a store file or a database connection)."""
-        conversation = secrets.token_hex(8)
+        conversation = self.new_id()
         memory = self._make(self.shelf.spec(conversation, tenant), vision, budget, handles.key_for(conversation))
         conv = Conversation(conversation, tenant, memory, name=name)
         conv.lock.acquire()
@@ -216,6 +221,26 @@ class Conversations:
             conv = self._new(tenant, name, vision, budget)
             self._grow(conv, name, turns, digests, 0)
             return conv
+
+    def continued(self, tenant: str, conversation: str, new: Sequence[Turn], held: int) -> Conversation:
+        """The tenant's open `conversation`, locked, with `new` added after its first `held` turns
+        (`Proxy.grow`: its caller knows what the request adds). Its chain is not extended: a
+        request that comes whole later finds it where the chain last reached and confirms the
+        rest (`_holds`). An OptictxError when it is not open or holds other than `held` turns."""
+        conv = self.find(tenant, conversation)
+        if conv is None:
+            raise OptictxError(f"conversation {conversation} is not open here")
+        self._acquire(conv)
+        try:
+            with conv.memory.batch():
+                if conv.closed or len(conv.memory) != held:
+                    raise OptictxError(f"conversation {conversation} holds {len(conv.memory)} turns, not {held}")
+                for t in new:
+                    conv.memory.add(t)
+        except BaseException:
+            conv.lock.release()
+            raise
+        return conv
 
     def exactly(self, tenant: str, name: str | None, turns: Sequence[Turn]) -> Conversation | None:
         """The conversation holding `turns` and nothing more, locked, or None (nothing is added)."""

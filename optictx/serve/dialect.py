@@ -3,13 +3,20 @@ API's module fills in (`openai_api.OPENAI`, `responses_api.RESPONSES`, `anthropi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from ..context import Context
 from ..errors import OptictxError
+from ..turnindex import AS_SENT
 from ..turns import Turn
+
+# An MCP server's search or recall tool named anywhere in a request: Claude Code defers an MCP
+# server's tools, naming them in a system message until its ToolSearch loads them (`proxy.recall_tools`).
+MENTION = re.compile(rb"mcp__([A-Za-z0-9_-]{1,40})__(search|recall)\b")
 
 
 class ApiError(OptictxError):
@@ -59,6 +66,27 @@ class Parsed:
     turns: tuple[Turn, ...]
     originals: tuple[Any, ...]
     passthrough: str | None = None
+
+    @cached_property
+    def mentions(self) -> frozenset[bytes]:
+        """Every name `MENTION` finds in the request's bytes."""
+        return frozenset(m.group(0) for m in MENTION.finditer(self.raw))
+
+    @cached_property
+    def kept(self) -> str | None:
+        """Why the last turn the proxy keeps as the client sent it is kept so (`AS_SENT`), or None."""
+        return next((t.metadata[AS_SENT] for t in reversed(self.turns) if AS_SENT in t.metadata), None)
+
+    @classmethod
+    def grown(cls, head: dict[str, Any], turns: tuple[Turn, ...], originals: tuple[Any, ...],
+              mentions: Iterable[bytes], kept: str | None) -> Parsed:
+        """A request whose bytes were never written, built from the one before it by a caller
+        that knows what it adds (`optictx bill`, `Proxy.grow`): `head`, all of it but its
+        list; what the proxy would read in its bytes, given."""
+        model = head.get("model")
+        parsed = cls(head, b"", model if isinstance(model, str) else "", head.get("stream") is True, turns, originals)
+        parsed.__dict__.update(mentions=frozenset(mentions), kept=kept)  # the cached properties, known
+        return parsed
 
     @classmethod
     def as_it_came(cls, body: Any, raw: bytes, why: str) -> Parsed:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,11 @@ from ..errors import BudgetError, TurnTooLargeError
 from ..memory import Memory
 from ..recall import spans_of
 from ..tools import ABOUT
-from ..turnindex import AS_SENT
 from ..words import first_said, keep
 from .answers import FALLBACKS
 from .config import ServeConfig
 from .conversations import Conversation, Conversations, tenant_of
-from .dialect import ApiError, Dialect, Parsed
+from .dialect import MENTION, ApiError, Dialect, Parsed
 from .drawahead import DrawAhead
 from .ledger import Ledger, Sent
 from .meter import Charge
@@ -34,7 +32,6 @@ from .shelf import shelf_for
 log = logging.getLogger("optictx.serve")
 
 MAX_BUDGET = 10**8
-_DEFERRED = re.compile(rb"mcp__([A-Za-z0-9_-]{1,40})__(search|recall)\b")
 MAX_NAME = 200
 
 
@@ -57,7 +54,7 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
-                         tools=recall_tools(parsed.body.get("tools"), parsed.raw))
+                         tools=recall_tools(parsed.body.get("tools"), parsed.mentions))
     return dialect.upstream_body(parsed, ctx), ctx
 
 
@@ -66,7 +63,7 @@ def _ours(spec: Any) -> bool:
         str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall"))
 
 
-def recall_tools(tools: Any, raw: bytes = b"") -> tuple[str, ...]:
+def recall_tools(tools: Any, mentions: Iterable[bytes] = ()) -> tuple[str, ...]:
     """The names the request gives this proxy's MCP tools: in its tool list, known by their
     description (Claude Code lists `mcp__optictx__recall` once loaded; Codex a namespace
     `mcp__optictx` holding `recall`), or, before that, named
@@ -80,7 +77,7 @@ def recall_tools(tools: Any, raw: bytes = b"") -> tuple[str, ...]:
             if _ours(one):  # a Responses namespace (Codex's MCP servers) calls its tools NAMESPACE.NAME
                 names.append(one["name"] if space is None else f"{str(space)[:40]}.{one['name']}")
     if not names:
-        found = {(m.group(1), m.group(2)) for m in _DEFERRED.finditer(raw)}
+        found = {(m.group(1), m.group(2)) for m in map(MENTION.fullmatch, mentions) if m is not None}
         server = min((s for s, tool in found if tool == b"recall" and (s, b"search") in found), default=None)
         names = [] if server is None else [f"mcp__{server.decode()}__{tool}" for tool in ("search", "recall")]
     return tuple(sorted(names)[:4])  # one order, whichever way found: it keys the plan state
@@ -105,11 +102,12 @@ def overhead(memory: Memory, parsed: Parsed) -> int:
     return memory.tokenizer.count(json.dumps(tools, ensure_ascii=False)) if isinstance(tools, list) and tools else 0
 
 
-def pin_task(parsed: Parsed) -> Parsed:
+def pin_task(parsed: Parsed, held: int = 0) -> Parsed:
     """The person's first words pinned (`words.first_said`: not a message an agent wrote for
-    itself, such as Codex's environment context): the task stays text in every context."""
+    itself, such as Codex's environment context): the task stays text in every context. Where
+    they are among the first `held` turns (a memory holds those already), nothing changes."""
     first = first_said(parsed.turns)
-    if first is None or parsed.turns[first].pinned:
+    if first is None or first < held or parsed.turns[first].pinned:
         return parsed
     turns = list(parsed.turns)
     turns[first] = turns[first].model_copy(update={"pinned": True})  # a user turn: pinning is valid
@@ -135,6 +133,18 @@ def keep_words(parsed: Parsed) -> Parsed:
         return parsed
     turns = tuple(keep(t) for t in parsed.turns)
     return parsed if all(a is b for a, b in zip(turns, parsed.turns)) else replace(parsed, turns=turns)
+
+
+def prepared(config: ServeConfig, parsed: Parsed, held: int = 0) -> Parsed:
+    """`parsed` with its turns as the proxy keeps them (`pin_task`, `keep_words`, as configured);
+    only turns after the first `held` are read for it (`Proxy.grow`: the rest are kept already),
+    the first `held` are left as they are."""
+    if config.pin_task:
+        parsed = pin_task(parsed, held)
+    if not config.words:
+        return parsed
+    kept = keep_words(replace(parsed, turns=parsed.turns[held:]) if held else parsed)
+    return replace(parsed, turns=parsed.turns[:held] + kept.turns) if held else kept
 
 
 def tiers_of(ctx: Context) -> dict[str, int]:
@@ -196,10 +206,30 @@ class Proxy:
         `at`: the request's time (default now; a replay gives its own clock). A request that
         goes as it came, or whose turns are partly kept as they came, says why
         (`Fitted.fallback`), counted by kind (`FALLBACKS`)."""
-        fitted = self._fit(dialect, parsed, headers, keep, at)
-        if fitted.fallback is None and fitted.context is not None and not fitted.context.verbatim:
-            kept = [t.metadata[AS_SENT] for t in parsed.turns if AS_SENT in t.metadata]
-            fitted = replace(fitted, fallback=f"kept-as-sent: {kept[-1]}") if kept else fitted
+        return self._said(parsed, self._fit(dialect, parsed, headers, keep, at))
+
+    def grow(self, conversation: str, dialect: Dialect, parsed: Parsed, held: int, headers: Mapping[str, str], *,
+             at: float | None = None) -> Fitted:
+        """Fit `parsed`, a request that continues `conversation`, whose memory holds its first
+        `held` turns: for a caller that builds an append-only client's requests itself
+        (`optictx bill`, `Parsed.grown`), so that only the turns it adds are read, where `fit`
+        reads the whole request to find its conversation. What follows is `fit`'s own path."""
+        budget = self.settings(headers)[1]
+        tenant = self.tenant(headers)
+        new = prepared(self.config, parsed, held).turns[held:]
+        vision = vision_for(parsed.model, dialect.provider, self.config.vision)
+        try:
+            conv = self.conversations.continued(tenant, conversation, new, held)
+        except TurnTooLargeError as exc:
+            return self._said(parsed, self._as_it_came(dialect, parsed, tenant, f"too-large: {str(exc)[:160]}"))
+        return self._said(parsed, self._serve(conv, tenant, dialect, parsed, budget, vision, at))
+
+    @staticmethod
+    def _said(parsed: Parsed, fitted: Fitted) -> Fitted:
+        """`fitted`, saying why it went as it came, or why some turns went so (`Fitted.fallback`),
+        counted by kind (`FALLBACKS`)."""
+        if fitted.fallback is None and fitted.context is not None and not fitted.context.verbatim and parsed.kept:
+            fitted = replace(fitted, fallback=f"kept-as-sent: {parsed.kept}")
         if fitted.fallback is not None:
             FALLBACKS[fitted.fallback.split(":", 1)[0]] += 1
         return fitted
@@ -208,11 +238,15 @@ class Proxy:
         """Put the conversation's pages in the ledger, by handle, for the MCP tools (those shown,
         and those gone from the context, which a search still names); each page once, and again
         when its span grew."""
-        spans = [(s.handle, s.first, s.last) for s in spans_of(conv.memory.pages)] if ctx else []
+        if ctx is None:
+            return
+        pages = conv.memory.pages[conv.sealed_shown :]  # a sealed page never changes: once is enough
+        spans = [(s.handle, s.first, s.last) for s in spans_of(pages)]
         new = [s for s in spans if conv.shown.get(s[0]) != s[1:]]
         if new:
             self.ledger.pages(conv.tenant, conv.id, new)
             conv.shown.update((h, (a, b)) for h, a, b in new)
+        conv.sealed_shown += next((i for i, p in enumerate(pages) if not p.sealed), len(pages))
 
     def _as_it_came(self, dialect: Dialect, parsed: Parsed, tenant: str, why: str) -> Fitted:
         log.info("a %s request sent as it came: %s", dialect.name, why)
@@ -226,10 +260,7 @@ class Proxy:
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
             return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
-        if self.config.pin_task:
-            parsed = pin_task(parsed)
-        if self.config.words:
-            parsed = keep_words(parsed)
+        parsed = prepared(self.config, parsed)
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         try:
             if not keep:
@@ -237,6 +268,11 @@ class Proxy:
             conv = self.conversations.holding(tenant, name, parsed.turns, vision, budget)
         except TurnTooLargeError as exc:  # it cannot be kept; the upstream may still take it
             return self._as_it_came(dialect, parsed, tenant, f"too-large: {str(exc)[:160]}")
+        return self._serve(conv, tenant, dialect, parsed, budget, vision, at)
+
+    def _serve(self, conv: Conversation, tenant: str, dialect: Dialect, parsed: Parsed, budget: int, vision: str,
+               at: float | None) -> Fitted:
+        """`parsed` fitted through `conv`, which holds its turns and is locked (released here)."""
         at = time.time() if at is None else at
         try:
             fitted = self._fitted(conv.memory, conv.id, tenant, dialect, parsed, budget, vision, at=at)
