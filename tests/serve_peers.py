@@ -443,10 +443,13 @@ class Reference:
         self.memory: Any = None  # made on the first request, its pages drawn for that request's vision
 
     def send(self, body: dict[str, Any]) -> tuple[Any, Any]:
-        from optictx import Memory
-        from optictx.serve.proxy import fit, keep_words, pin_task, vision_for
+        from dataclasses import replace
 
-        parsed = keep_words(pin_task(self.dialect.parse(body, json.dumps(body).encode())))
+        from optictx import Memory
+        from optictx.serve.proxy import fit, kept_turns, vision_for
+
+        parsed = self.dialect.parse(body, json.dumps(body).encode())
+        parsed = replace(parsed, turns=kept_turns(parsed))
         vision = self.vision or vision_for(parsed.model, self.dialect.provider, "auto")
         if self.memory is None:
             self.memory = Memory(keep_recent=self.keep, budget=self.budget, vision=vision,

@@ -14,7 +14,9 @@ items' turns start.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import Any, overload
 
 from ..serve.dialect import Dialect, Parsed, Unknown
 from ..turnindex import AS_SENT
@@ -24,6 +26,37 @@ PROBE = "\0optictx: the items start here\0"
 FRONT = 4  # turns a dialect reads before a request's items, at most (a system prompt, instructions)
 
 
+class Grown(Sequence[Any]):
+    """The first `n` items of a list that only grows: a request's turns, or what the client sent
+    for each, shared with the requests before it, so that no request copies the conversation.
+    A slice is a tuple of its own."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[Any], n: int) -> None:
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            return tuple(self._items[start:stop:step])
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._items[i % self._n]
+
+    def __iter__(self) -> Iterator[Any]:
+        return islice(self._items, self._n)
+
+
 class Grower:
     """The turns of a session's requests, each built from the one before (`next`), or read
     whole (`whole`), as the dialect reads them."""
@@ -31,6 +64,8 @@ class Grower:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.last: Parsed | None = None  # the last request's
+        self._turns: list[Turn] = []  # its turns, and what the client sent for each (`Grown`)
+        self._originals: list[Any] = []
         self._front = 0  # its turns before its items'
         self._tail: int | None = None  # where its last item's turns start (None: not known)
         self._kept = -1  # its last turn kept as the client sent it (AS_SENT)
@@ -44,6 +79,7 @@ class Grower:
         if read is None or len(read[1]) != len(parsed.turns) - read[0]:
             return
         self.last, self._front, self._kept = parsed, read[0], _last_kept(parsed.turns, len(parsed.turns))
+        self._turns, self._originals = list(parsed.turns), list(parsed.originals)
         self._tail = self._last_item(head, key, items)
 
     def next(self, head: dict[str, Any], key: str, items: list[Any], first: int | None,
@@ -58,14 +94,21 @@ class Grower:
         if read is None or read[0] > self._front:  # a turn before the others: they all move
             return None
         turns, originals = read[1], read[2]
-        if turns[: len(last.turns) - tail] != last.turns[tail:]:  # the rewritten item says another thing
+        rewritten = len(last.turns) - tail
+        if turns[:rewritten] != last.turns[tail:]:  # the rewritten item says another thing
             return None
-        turns, originals = last.turns[:tail] + turns, last.originals[:tail] + originals
-        kept = _last_kept(turns, len(turns), stop=tail)
+        # Its turns say what they said (its old ones stay); what the client sent for them may
+        # differ (a cache mark moved): that is the last request's no longer.
+        self._originals[tail : len(last.turns)] = originals[:rewritten]
+        self._turns.extend(turns[rewritten:])
+        self._originals.extend(originals[rewritten:])
+        n = len(self._turns)
+        grown = Grown(self._turns, n)
+        kept = _last_kept(grown, n, stop=tail)
         if kept < 0:
-            kept = self._kept if self._kept < tail else _last_kept(turns, tail)
-        self.last, self._kept = Parsed.grown(head, turns, originals, mentions,
-                                             turns[kept].metadata[AS_SENT] if kept >= 0 else None), kept
+            kept = self._kept if self._kept < tail else _last_kept(grown, tail)
+        self.last, self._kept = Parsed.grown(head, grown, Grown(self._originals, n), mentions,  # type: ignore[arg-type]
+                                             grown[kept].metadata[AS_SENT] if kept >= 0 else None), kept
         self._tail = self._last_item(head, key, items)
         return self.last
 
@@ -92,6 +135,6 @@ class Grower:
         return len(self.last.turns) - len(read[1])
 
 
-def _last_kept(turns: tuple[Turn, ...], end: int, stop: int = 0) -> int:
+def _last_kept(turns: Sequence[Turn], end: int, stop: int = 0) -> int:
     """The index of the last turn before `end`, from `stop`, kept as the client sent it, or -1."""
     return next((i for i in range(end - 1, stop - 1, -1) if AS_SENT in turns[i].metadata), -1)

@@ -19,6 +19,7 @@ from ..errors import BudgetError, TurnTooLargeError
 from ..memory import Memory
 from ..recall import spans_of
 from ..tools import ABOUT
+from ..turns import Turn
 from ..words import first_said, keep
 from .answers import FALLBACKS
 from .config import ServeConfig
@@ -102,18 +103,6 @@ def overhead(memory: Memory, parsed: Parsed) -> int:
     return memory.tokenizer.count(json.dumps(tools, ensure_ascii=False)) if isinstance(tools, list) and tools else 0
 
 
-def pin_task(parsed: Parsed, held: int = 0) -> Parsed:
-    """The person's first words pinned (`words.first_said`: not a message an agent wrote for
-    itself, such as Codex's environment context): the task stays text in every context. Where
-    they are among the first `held` turns (a memory holds those already), nothing changes."""
-    first = first_said(parsed.turns)
-    if first is None or first < held or parsed.turns[first].pinned:
-        return parsed
-    turns = list(parsed.turns)
-    turns[first] = turns[first].model_copy(update={"pinned": True})  # a user turn: pinning is valid
-    return replace(parsed, turns=tuple(turns))
-
-
 def front_of(parsed: Parsed) -> str:
     """A digest of what a request carries before its messages that a client may change between
     requests of one conversation (its tools; Anthropic's system prompt): the provider's cache
@@ -122,29 +111,25 @@ def front_of(parsed: Parsed) -> str:
     return hashlib.sha256(json.dumps(front, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def keep_words(parsed: Parsed) -> Parsed:
-    """The person's words, and the instruction files a client forwards, marked to stay text in
-    place (`words.keep`), in a request that gives its model tools: such a client sends tool
-    output as tool results, so what is left in its user messages is the person's. A client with
-    no tools may send anything as a user message (SWE-agent sends every command's output so:
-    kept as text, those would never page, BENCHMARKS.md), and its user turns page as any turn."""
+def kept_turns(parsed: Parsed, held: int = 0, *, pin: bool = True, words: bool = True) -> tuple[Turn, ...]:
+    """The request's turns after its first `held` (a memory holds those already) as the proxy
+    keeps them.
+
+    - `pin`: the person's first words pinned (`words.first_said`: not a message an agent wrote
+      for itself, such as Codex's environment context): the task stays text in every context.
+    - `words`: the person's words, and the instruction files a client forwards, marked to stay
+      text in place (`words.keep`), in a request that gives its model tools: such a client sends
+      tool output as tool results, so what is left in its user messages is the person's. A
+      client with no tools may send anything as a user message (SWE-agent sends every command's
+      output so: kept as text, those would never page, BENCHMARKS.md), and its user turns page
+      as any turn."""
+    turns = parsed.turns[held:]
+    first = first_said(parsed.turns) if pin else None
+    if first is not None and first >= held and not turns[first - held].pinned:
+        i = first - held  # a user turn: pinning is valid
+        turns = (*turns[:i], turns[i].model_copy(update={"pinned": True}), *turns[i + 1 :])
     tools = parsed.body.get("tools")
-    if not (isinstance(tools, list) and tools):
-        return parsed
-    turns = tuple(keep(t) for t in parsed.turns)
-    return parsed if all(a is b for a, b in zip(turns, parsed.turns)) else replace(parsed, turns=turns)
-
-
-def prepared(config: ServeConfig, parsed: Parsed, held: int = 0) -> Parsed:
-    """`parsed` with its turns as the proxy keeps them (`pin_task`, `keep_words`, as configured);
-    only turns after the first `held` are read for it (`Proxy.grow`: the rest are kept already),
-    the first `held` are left as they are."""
-    if config.pin_task:
-        parsed = pin_task(parsed, held)
-    if not config.words:
-        return parsed
-    kept = keep_words(replace(parsed, turns=parsed.turns[held:]) if held else parsed)
-    return replace(parsed, turns=parsed.turns[:held] + kept.turns) if held else kept
+    return tuple(keep(t) for t in turns) if words and isinstance(tools, list) and tools else tuple(turns)
 
 
 def tiers_of(ctx: Context) -> dict[str, int]:
@@ -216,7 +201,7 @@ class Proxy:
         reads the whole request to find its conversation. What follows is `fit`'s own path."""
         budget = self.settings(headers)[1]
         tenant = self.tenant(headers)
-        new = prepared(self.config, parsed, held).turns[held:]
+        new = kept_turns(parsed, held, pin=self.config.pin_task, words=self.config.words)
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         try:
             conv = self.conversations.continued(tenant, conversation, new, held)
@@ -260,7 +245,7 @@ class Proxy:
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
             return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
-        parsed = prepared(self.config, parsed)
+        parsed = replace(parsed, turns=kept_turns(parsed, pin=self.config.pin_task, words=self.config.words))
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         try:
             if not keep:
