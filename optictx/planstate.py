@@ -102,10 +102,13 @@ class PlanStates:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._states: dict[str, Frozen] = {}
+        self._written: dict[str, str] = {}  # what this memory stored last, per key
 
     def get(self, key: str) -> Frozen | None:
         stored = self._store.load_floors(key).get("state")
         if stored is not None:
+            if stored == self._written.get(key) and key in self._states:  # its own: not read again
+                return self._states[key]
             state = Frozen.from_json(stored)
             if state is not None:
                 self._states[key] = state
@@ -117,8 +120,11 @@ class PlanStates:
             return
         self._states[key] = state
         if len(self._states) > 8:  # a few budgets in use at once, not every one ever asked
-            del self._states[next(iter(self._states))]
-        self._store.save_floors(key, {"state": state.to_json()})
+            gone = next(iter(self._states))
+            del self._states[gone]
+            self._written.pop(gone, None)
+        self._written[key] = state.to_json()
+        self._store.save_floors(key, {"state": self._written[key]})
 
     def values(self) -> list[Frozen]:
         return list(self._states.values())
