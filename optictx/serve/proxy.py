@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
-                         tools=recall_tools(parsed.body.get("tools"), parsed.mentions))
+                         tools=recall_tools(parsed.body.get("tools"), lambda: parsed.mentions))
     return dialect.upstream_body(parsed, ctx), ctx
 
 
@@ -64,12 +64,13 @@ def _ours(spec: Any) -> bool:
         str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall"))
 
 
-def recall_tools(tools: Any, mentions: Iterable[bytes] = ()) -> tuple[str, ...]:
+def recall_tools(tools: Any, mentions: Callable[[], Iterable[bytes]] = tuple) -> tuple[str, ...]:
     """The names the request gives this proxy's MCP tools: in its tool list, known by their
     description (Claude Code lists `mcp__optictx__recall` once loaded; Codex a namespace
     `mcp__optictx` holding `recall`), or, before that, named
     as a pair `mcp__NAME__search` and `mcp__NAME__recall` anywhere in it (Claude Code defers an
-    MCP server's tools, naming them in a system message until its ToolSearch loads them)."""
+    MCP server's tools, naming them in a system message until its ToolSearch loads them;
+    `mentions`: those names, found only when the tool list has none of ours)."""
     names = []
     for t in tools if isinstance(tools, list) else ():
         spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
@@ -78,7 +79,7 @@ def recall_tools(tools: Any, mentions: Iterable[bytes] = ()) -> tuple[str, ...]:
             if _ours(one):  # a Responses namespace (Codex's MCP servers) calls its tools NAMESPACE.NAME
                 names.append(one["name"] if space is None else f"{str(space)[:40]}.{one['name']}")
     if not names:
-        found = {(m.group(1), m.group(2)) for m in map(MENTION.fullmatch, mentions) if m is not None}
+        found = {(m.group(1), m.group(2)) for m in map(MENTION.fullmatch, mentions()) if m is not None}
         server = min((s for s, tool in found if tool == b"recall" and (s, b"search") in found), default=None)
         names = [] if server is None else [f"mcp__{server.decode()}__{tool}" for tool in ("search", "recall")]
     return tuple(sorted(names)[:4])  # one order, whichever way found: it keys the plan state
