@@ -145,7 +145,7 @@ class Client:
         self._starts: list[int] = []  # the chain index of each item's first block
         self._sizes: list[int] = []  # each item's bytes
         self._marks: list[int] = []  # the chain indexes of marked blocks
-        self._size = 0  # the head's bytes
+        self._size = self._items_size = 0  # the head's bytes, the items'
         self._last: tuple[dict[str, Any], list[Any]] | None = None  # the last request `sent` gave
 
     def update(self, head: dict[str, Any], items: list[Any], first: int | None, at: float) -> Prefixes:
@@ -153,13 +153,14 @@ class Client:
         from the last request's (None: its head does too, or there was none)."""
         _, of_head, of_item, marked = SHAPES[self.api]
         if first is None:
-            self.chain, self._starts, self._sizes, self._marks = Chain(), [], [], []
+            self.chain, self._starts, self._sizes, self._marks, self._items_size = Chain(), [], [], [], 0
             self._push(of_head(head), marked)
             first = 0
             text = json.dumps({**head, SHAPES[self.api][0]: []}).encode()
             self._size, self.named = len(text), {m.group(0) for m in self.pattern.finditer(text)}
         cut = self._starts[first] if first < len(self._starts) else len(self.chain)
         self.chain.cut(cut)
+        self._items_size -= sum(self._sizes[first:])
         del self._starts[first:], self._sizes[first:]
         self._marks = [m for m in self._marks if m < cut]
         for one in items[first:]:
@@ -167,6 +168,7 @@ class Client:
             self._push(of_item(one), marked)
             text = json.dumps(one).encode()
             self._sizes.append(len(text))
+            self._items_size += len(text)
             self.named.update(m.group(0) for m in self.pattern.finditer(text))
         return Prefixes(self.chain, len(self.chain), tuple(self._marks), at)
 
@@ -187,7 +189,7 @@ class Client:
     @property
     def bytes(self) -> int:
         """The request's JSON (`json.dumps`), its items ", " apart."""
-        return self._size + sum(self._sizes) + 2 * max(0, len(self._sizes) - 1)
+        return self._size + self._items_size + 2 * max(0, len(self._sizes) - 1)
 
     def _push(self, blocks: list[Any], marked: bool) -> None:
         for b in _priced(blocks, self.cost, self.counted, marked):

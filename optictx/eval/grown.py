@@ -4,7 +4,8 @@ the item the client rewrote, plus those the dialect reads in the rewritten and n
 (`Proxy.grow`), in time proportional to them, where the wire would make it parse the whole
 conversation again on every request.
 
-What makes a request not the one before grown is found and sent whole instead (`Parsed` None):
+What makes a request not the one before grown is found, and that request is read whole instead
+(`Grower.next` gives None):
 the first request, a head that changed, a rewritten item whose turns changed (the proxy forks
 the conversation there), a turn before the conversation's first ones (Anthropic's system turn,
 which a system message anywhere in the list makes), an item the dialect does not read alone.
@@ -27,9 +28,10 @@ FRONT = 4  # turns a dialect reads before a request's items, at most (a system p
 
 
 class Grown(Sequence[Any]):
-    """The first `n` items of a list that only grows: a request's turns, or what the client sent
-    for each, shared with the requests before it, so that no request copies the conversation.
-    A slice is a tuple of its own."""
+    """The first `n` items of a list that grows at its end: a request's turns, or what the
+    client sent for each, shared with the requests before it, so that no request copies the
+    conversation. The next request may rewrite what the client sent for the last turns (a cache
+    mark moved): a view is read before then. A slice is a tuple of its own."""
 
     __slots__ = ("_items", "_n")
 
