@@ -47,6 +47,8 @@ def assemble(snap: Snapshot, plan: Plan, budget: Budget, cost: CostModel, images
     if plan.pages:  # pages stored before a turn stayed in place do not show its line
         inline(plan.pages[0].entries[0].turn_id)
     for i, (page, tier, price) in enumerate(zip(plan.pages, plan.actual, plan.costs)):
+        if tier is Tier.GONE and not in_place and i not in plan.again:
+            continue  # nothing of it goes, and no turn stays in place after it: a long memory's most pages
         if tier is Tier.TEXT:
             segs.append(PageSegment(page, tier, price.cost(tier), price.text_tokens, images))
         elif tier is not Tier.GONE:  # an image, its label beside it (planned with it, at its most)

@@ -112,3 +112,17 @@ def test_a_grown_request_for_a_conversation_holding_other_turns_is_refused_by_na
         assert again.sent.conversation == conversation and again.context is not None
     finally:
         proxy.close()
+
+
+def test_a_grown_view_reads_as_the_tuple_it_stands_for():
+    from optictx.eval.grown import Grown
+
+    items = list(range(10))
+    view, same = Grown(items, 7), tuple(items[:7])
+    for cut in (slice(None), slice(2, 5), slice(-3, None), slice(None, None, -1), slice(5, 1, -2), slice(-10, 3)):
+        assert view[cut] == same[cut]
+    assert [view[i] for i in range(-7, 7)] == [same[i] for i in range(-7, 7)]
+    with pytest.raises(IndexError):
+        view[7]
+    items.append(99)  # the list grows on: the view still stands for its first 7
+    assert len(view) == 7 and tuple(view) == same

@@ -49,11 +49,9 @@ class Grown(Sequence[Any]):
 
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
-            start, stop, step = i.indices(self._n)
-            return tuple(self._items[start:stop:step])
-        if not -self._n <= i < self._n:
-            raise IndexError(i)
-        return self._items[i % self._n]
+            r = range(self._n)[i]
+            return tuple(self._items[r.start : r.stop] if r.step == 1 else (self._items[j] for j in r))
+        return self._items[range(self._n)[i]]  # the range says what is out of it
 
     def __iter__(self) -> Iterator[Any]:
         return islice(self._items, self._n)
