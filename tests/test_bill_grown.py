@@ -70,7 +70,7 @@ def test_each_request_grown_is_the_request_written_whole(tmp_path, api):
 
 def test_a_long_session_is_read_once_not_once_per_request(tmp_path, monkeypatch):
     """The dialect reads each message a bounded number of times, however many requests carry it
-    (read whole, every request of this session would make it read 99 messages per message)."""
+    (read whole, the 128 requests of this session would make it read each message 64 times)."""
     from optictx.serve.anthropic_api import ANTHROPIC
 
     messages = sample_conversation(tasks=16)
