@@ -126,3 +126,36 @@ def test_a_grown_view_reads_as_the_tuple_it_stands_for():
         view[7]
     items.append(99)  # the list grows on: the view still stands for its first 7
     assert len(view) == 7 and tuple(view) == same
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_a_stand_in_system_prompt_goes_when_the_session_s_own_comes(tmp_path, api):
+    """A session whose sidecar says the calls carried a system prompt that was not recorded gets
+    a stand-in of that size until a system message of its own comes (then the stand-in goes, and
+    the request is built whole)."""
+    from optictx.eval.requests import filler
+
+    messages = [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1"},
+                {"role": "system", "content": "Count in words."}, {"role": "user", "content": "more"},
+                {"role": "assistant", "content": "two"}, {"role": "user", "content": "more"},
+                {"role": "assistant", "content": "three"}]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    calls = [{"message": i, "input_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 2000}
+             for i in (1, 4, 6)]
+    (tmp_path / "s.usage.json").write_text(json.dumps({"calls": calls}))
+    session = load_session(path)
+    assert session.system_tokens == 2000
+    requests, grown = Requests(session, api, "m"), []
+    for k, n in enumerate(session.calls):
+        grown.append(requests.to(k))
+        head = messages[:n]
+        own = [m["content"] for m in head if m["role"] == "system"]
+        if api == "openai":
+            stand_in = [] if own else [{"role": "system", "content": filler(2000)}]
+            assert requests.body()["messages"] == [*stand_in, *head]
+        else:
+            assert requests.body()["system"][0]["text"] == ("\n\n".join(own) or filler(2000))
+    # The stand-in goes at the second (the system prompt changes with it); the third is the second
+    # grown, from its last item (Anthropic: the merged messages are fewer).
+    assert grown == [None, None, 3 if api == "openai" else 2]
