@@ -19,7 +19,7 @@ from .eval.bill import gaps_arg, risk_arg
 from .handles import key_for
 from .io import read_jsonl
 from .memory import Memory
-from .progress import each
+from .progress import Bar, each
 from .promptcache import CACHE_PRICING as BILL_PROVIDERS
 from .report import contact_sheet, plan_table, printable
 from .serve.flags import add_arguments as add_serve_arguments
@@ -319,19 +319,12 @@ def cmd_bill(args: argparse.Namespace) -> int:
     found = list(sessions(args.sessions))
     for provider in args.provider or [None]:
         bills = []
-        for session in each(found, f"bill {provider or 'each'}", "session"):
-            b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
-                       vision=args.vision, risk=args.risk)
-            bills.append(b)
-            s = b.summary()
-            if args.json:
-                print(json.dumps({**s, **({"rows": [vars(r) for r in b.rows]} if args.requests else {})}))
-                continue
-            if args.requests:
-                for r in b.rows:
-                    print(f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
-                          f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}")
-            print(_bill_line(b.provider, s))
+        with Bar(sum(len(s.calls) for s in found), f"bill {provider or 'each'}", "request") as bar:  # one may be long
+            for session in found:
+                b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
+                           vision=args.vision, risk=args.risk, done=bar.update)
+                bills.append(b)
+                _print_bill(b, args.json, args.requests)
         total = report(bills)
         label = provider or "each session's provider"
         print(json.dumps({"provider": label, **total}) if args.json else
@@ -341,6 +334,19 @@ def cmd_bill(args: argparse.Namespace) -> int:
                   f"{total['passthrough_cost']} -> {total['optictx_cost']}); sessions above 1.0x: "
                   f"{total['sessions_above_1']}; worst {total['worst']}"))
     return 0
+
+
+def _print_bill(b: Any, as_json: bool, requests: bool) -> None:
+    """One session's bill, as it is done: a JSON object, or a line (and every request's)."""
+    s = b.summary()
+    if as_json:
+        print(json.dumps({**s, **({"rows": [vars(r) for r in b.rows]} if requests else {})}), flush=True)
+        return
+    if requests:
+        for r in b.rows:
+            print(f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
+                  f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}")
+    print(_bill_line(b.provider, s), flush=True)
 
 
 def _bill_line(provider: str, s: dict[str, Any]) -> str:

@@ -78,8 +78,9 @@ def test_a_long_session_is_read_once_not_once_per_request(tmp_path, monkeypatch)
     read: list[int] = []
     parse = ANTHROPIC.parse
     monkeypatch.setattr(ANTHROPIC, "parse", lambda body, raw: read.append(len(body["messages"])) or parse(body, raw))
-    bill = replay(session, "anthropic", budget=6000)
-    assert len(bill.rows) == len(session.calls) > 100
+    ticks: list[int] = []
+    bill = replay(session, "anthropic", budget=6000, done=lambda: ticks.append(1))  # `optictx bill`'s bar
+    assert len(bill.rows) == len(session.calls) == len(ticks) > 100
     assert sum(read) <= 6 * len(messages)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -140,13 +140,14 @@ def risk_arg(text: str) -> float:
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
-           risk: float | None = 0.1, words: bool = True, wire: bool = False) -> SessionBill:
+           risk: float | None = 0.1, words: bool = True, wire: bool = False,
+           done: Callable[[], object] | None = None) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
     apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings. Each
     request is built from the one before and handed to the proxy as the turns it adds
     (`grown.py`), unless it is not the one before grown, or `wire`: then it goes whole, as bytes,
     the way `optictx serve` reads it (the same bill, in time that grows with the square of the
-    session's length)."""
+    session's length). `done`: called after each request (a progress bar's)."""
     gaps = (float(gap),) if isinstance(gap, (int, float)) else tuple(gap)
     from ..serve.anthropic_api import ANTHROPIC
     from ..serve.config import ServeConfig
@@ -183,6 +184,8 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
                             size, client_size))
             for i, bill in enumerate((a, b)):
                 spend[i] += dollars(bill, model, pricing) or 0.0
+            if done is not None:
+                done()
     finally:
         proxy.close()
     money = (round(spend[0], 4), round(spend[1], 4)) if any(spend) else (None, None)
