@@ -324,7 +324,7 @@ def cmd_bill(args: argparse.Namespace) -> int:
                 b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
                            vision=args.vision, risk=args.risk, done=bar.update)
                 bills.append(b)
-                _print_bill(b, args.json, args.requests)
+                print(b.as_json(args.requests) if args.json else b.text(args.requests), flush=True)
         total = report(bills)
         label = provider or "each session's provider"
         print(json.dumps({"provider": label, **total}) if args.json else
@@ -334,36 +334,6 @@ def cmd_bill(args: argparse.Namespace) -> int:
                   f"{total['passthrough_cost']} -> {total['optictx_cost']}); sessions above 1.0x: "
                   f"{total['sessions_above_1']}; worst {total['worst']}"))
     return 0
-
-
-def _print_bill(b: Any, as_json: bool, requests: bool) -> None:
-    """One session's bill, as it is done: a JSON object, or a line (and every request's)."""
-    s = b.summary()
-    if as_json:
-        print(json.dumps({**s, **({"rows": [vars(r) for r in b.rows]} if requests else {})}), flush=True)
-        return
-    if requests:
-        for r in b.rows:
-            print(f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
-                  f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}")
-    print(_bill_line(b.provider, s), flush=True)
-
-
-def _bill_line(provider: str, s: dict[str, Any]) -> str:
-    """One session's bill on one line: as it came and through optictx, then what the provider
-    reported beside the replay's "as it came", with where the two part."""
-    money = s["dollars"]
-    dollars = f"  ${money[0]:.2f} -> ${money[1]:.2f}" if money[0] is not None else ""
-    line = (f"{provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
-            f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
-            f"{s['optictx_tokens']}, events {s['events']}")
-    if s["billed_cost"] is not None:
-        line += f"\n  billed as it came {s['billed_cost']} ({s['billed_tokens']} prompt tokens reported)"
-        if s["gap"] is not None:
-            line += (f"; the replay's as it came is {s['passthrough_cost'] - s['billed_cost']:+d}: "
-                     f"{s['gap']['counting']:+d} from counting tokens with cl100k_base, "
-                     f"{s['gap']['cache']:+d} from the cache read and written otherwise")
-    return line
 
 
 def cmd_train_reader(args: argparse.Namespace) -> int:

@@ -109,6 +109,30 @@ class SessionBill:
                 "dollars": self.dollars, "events": events}
 
 
+    def as_json(self, rows: bool = False) -> str:
+        """Its summary as one JSON object (with every request's row: `rows`)."""
+        return json.dumps({**self.summary(), **({"rows": rows_as_dicts(self)} if rows else {})})
+
+    def text(self, rows: bool = False) -> str:
+        """Its bill on one line (after every request's: `rows`): as it came and through optictx,
+        then what the provider reported beside the replay's "as it came", with where the two part."""
+        s = self.summary()
+        money = s["dollars"]
+        dollars = f"  ${money[0]:.2f} -> ${money[1]:.2f}" if money[0] is not None else ""
+        out = [f"  {r.request:4d} {r.event:8s} tokens {r.passthrough_tokens:7d} -> {r.optictx_tokens:7d}"
+               f"  cost {r.passthrough_cost:9.0f} -> {r.optictx_cost:9.0f}" for r in (self.rows if rows else ())]
+        line = (f"{self.provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
+                f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
+                f"{s['optictx_tokens']}, events {s['events']}")
+        if s["billed_cost"] is not None:
+            line += f"\n  billed as it came {s['billed_cost']} ({s['billed_tokens']} prompt tokens reported)"
+            if s["gap"] is not None:
+                line += (f"; the replay's as it came is {s['passthrough_cost'] - s['billed_cost']:+d}: "
+                         f"{s['gap']['counting']:+d} from counting tokens with cl100k_base, "
+                         f"{s['gap']['cache']:+d} from the cache read and written otherwise")
+        return "\n".join([*out, line])
+
+
 def billed(calls: Sequence[Usage], pricing: CachePricing) -> float | None:
     """What the provider billed the recorded calls (their reported usage), in base-input tokens
     under `pricing` (None: nothing recorded)."""
@@ -209,7 +233,7 @@ class _Steps:
         self.counted: dict[str, int] = {}
         self.grower = Grower(dialect)
         self.client = Client(self.api, cost, self.counted, MENTION)  # the client's requests
-        self.mine = Client(self.api, cost, self.counted, MENTION)  # optictx's
+        self.mine = Client(self.api, cost, self.counted)  # optictx's
         self.conversation = "-"  # the one the proxy keeps them in
 
     def step(self, k: int, at: float) -> tuple[Bill, Bill, Fitted, int, int]:

@@ -134,11 +134,13 @@ def blocks_of(api: str, body: dict[str, Any], cost: CostModel, counted: dict[str
 class Client:
     """A sequence of requests as the provider's cache sees them, each priced from the one before:
     one chain of block prefixes (`promptcache.Chain`) whose blocks from the first item that
-    differs are redone, the request's bytes as JSON, and what a proxy reads in them besides
-    (`named`: every match of a pattern, found once per item). A client grows its requests so
+    differs are redone; with a `pattern`, also the request's bytes as JSON and what a proxy reads
+    in them besides (`named`: every match of the pattern, found once per item), which optictx's
+    own requests need not (their bytes are at hand). A client grows its requests so
     (`Requests.to` says where they differ); optictx's are compared (`sent`)."""
 
-    def __init__(self, api: str, cost: CostModel, counted: dict[str, int], pattern: re.Pattern[bytes]) -> None:
+    def __init__(self, api: str, cost: CostModel, counted: dict[str, int],
+                 pattern: re.Pattern[bytes] | None = None) -> None:
         self.api, self.cost, self.counted, self.pattern = api, cost, counted, pattern
         self.chain = Chain()
         self.named: set[bytes] = set()
@@ -151,13 +153,12 @@ class Client:
     def update(self, head: dict[str, Any], items: list[Any], first: int | None, at: float) -> Prefixes:
         """A request of `head` and `items` (the API's list), whose items from `first` on differ
         from the last request's (None: its head does too, or there was none)."""
-        _, of_head, of_item, marked = SHAPES[self.api]
+        key, of_head, of_item, marked = SHAPES[self.api]
         if first is None:
             self.chain, self._starts, self._sizes, self._marks, self._items_size = Chain(), [], [], [], 0
+            self.named = set()
             self._push(of_head(head), marked)
-            first = 0
-            text = json.dumps({**head, SHAPES[self.api][0]: []}).encode()
-            self._size, self.named = len(text), {m.group(0) for m in self.pattern.finditer(text)}
+            self._size, first = self._read({**head, key: []}), 0
         cut = self._starts[first] if first < len(self._starts) else len(self.chain)
         self.chain.cut(cut)
         self._items_size -= sum(self._sizes[first:])
@@ -166,11 +167,18 @@ class Client:
         for one in items[first:]:
             self._starts.append(len(self.chain))
             self._push(of_item(one), marked)
-            text = json.dumps(one).encode()
-            self._sizes.append(len(text))
-            self._items_size += len(text)
-            self.named.update(m.group(0) for m in self.pattern.finditer(text))
+            self._sizes.append(self._read(one))
+            self._items_size += self._sizes[-1]
         return Prefixes(self.chain, len(self.chain), tuple(self._marks), at)
+
+    def _read(self, value: Any) -> int:
+        """`value`'s bytes as JSON, what the pattern finds in them noted (0, nothing read, without
+        a pattern)."""
+        if self.pattern is None:
+            return 0
+        text = json.dumps(value).encode()
+        self.named.update(m.group(0) for m in self.pattern.finditer(text))
+        return len(text)
 
     def sent(self, body: dict[str, Any], at: float) -> Prefixes:
         """A request given whole (optictx's, as the proxy wrote it): what it shares with the last
