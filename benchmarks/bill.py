@@ -5,6 +5,7 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
         [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R] [--no-words]
+        [--image-instructions] [--client-front BODY.json]
 
 `--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
 (1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
@@ -20,6 +21,12 @@ counted up to the budget as `horizon` and `first_horizon` are, no `margin`, `ris
 `--no-words`: the person's words drawn on pages like any other turn (as before "Pages the model
 can open"; the proxy's `--no-words`), to price keeping them as text.
 
+`--image-instructions`: the proxy's option, the system prompt's prose and the tools'
+descriptions drawn on pages. `--client-front BODY.json`: a request body a real client sent (its
+`system` and `tools`, captured from `claude -p` against a local upstream: they cannot be
+committed) in place of the recorded sessions' stand-in (the corpus' system prompt is a text of
+the size the first call's usage left for it, one paragraph repeated).
+
 `--pxpipe DIR`: a pxpipe laid out by its `setup.sh DIR` (a benchmark peer, never a dependency):
 each Anthropic request goes through its transform (node) and is priced the same way. Prints one
 markdown table per corpus and provider, and the sessions above 1.0x.
@@ -28,6 +35,7 @@ markdown table per corpus and provider, and the sessions above 1.0x.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -41,7 +49,7 @@ from optictx.cost import get_cost_model
 from optictx.eval.bill import MODELS, gaps_arg, replay, risk_arg
 from optictx.eval.bodies import blocks_of
 from optictx.eval.requests import client_body
-from optictx.eval.sessions import load_session
+from optictx.eval.sessions import Session, load_session
 from optictx.promptcache import PromptCache, Request
 
 
@@ -90,14 +98,26 @@ def _lindy(files: list[str]) -> float:
     return alpha
 
 
-def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool]) -> dict[str, Any]:
-    path, provider, budget, gaps, risk, words = job
+def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool, bool, str | None]) -> dict[str, Any]:
+    path, provider, budget, gaps, risk, words, imaged, front = job
     t0 = time.perf_counter()
-    bill = replay(load_session(path), provider, budget=budget, gap=gaps, risk=risk, words=words)
+    session = load_session(path)
+    if front is not None:
+        session = _fronted(session, json.loads(Path(front).read_text()))
+    bill = replay(session, provider, budget=budget, gap=gaps, risk=risk, words=words, image_instructions=imaged)
     s = bill.summary()
     return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
         1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
         "optictx": bill.optictx}
+
+
+def _fronted(session: Session, body: dict[str, Any]) -> Session:
+    """`session` as sent with a real client's system prompt and tools (`--client-front`)."""
+    front = {k: body[k] for k in ("system", "tools") if k in body}
+    system = front.get("system")
+    if isinstance(system, str):
+        front["system"] = [{"type": "text", "text": system}]
+    return dataclasses.replace(session, front=front, system_tokens=0)
 
 
 def _pxpipe(job: tuple[str, str]) -> dict[str, Any]:
@@ -149,6 +169,10 @@ def main() -> None:
                     help="the proxy's --risk (Policy.risk; default 0.1, as the proxy's; none: no bound)")
     ap.add_argument("--no-words", dest="words", action="store_false",
                     help="the person's words on pages like any turn (default: they stay text, as the proxy keeps them)")
+    ap.add_argument("--image-instructions", action="store_true",
+                    help="the proxy's --image-instructions: instructions drawn on pages")
+    ap.add_argument("--client-front", help="a real client's request body: its system prompt and tools replace "
+                    "the sessions' stand-in")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every session's figures here")
     ap.add_argument("--pages", choices=["before", "after"], default="after",
@@ -172,7 +196,7 @@ def main() -> None:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
                 rows = _balanced(pool, _ours, files, (provider, args.budget, args.gap_seconds, args.risk,
-                                                              args.words))
+                                                      args.words, args.image_instructions, args.client_front))
                 results[f"{Path(corpus).name}:{provider}"] = rows
                 _table(Path(corpus).name, provider, rows)
                 if args.halves:

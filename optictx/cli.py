@@ -296,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     bill.add_argument("--risk", type=risk_arg, default=0.1, help="the proxy's --risk: how far above sending each "
                       "session as it came a compaction may take its bill so far (0: never above; none: no bound; "
                       "default 0.1)")
+    bill.add_argument("--image-instructions", action="store_true", help="the proxy's --image-instructions: the "
+                      "system prompt's prose and the tools' descriptions drawn on pages")
     bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
     bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
     bill.set_defaults(func=cmd_bill)
@@ -322,7 +324,8 @@ def cmd_bill(args: argparse.Namespace) -> int:
         with Bar(sum(len(s.calls) for s in found), f"bill {provider or 'each'}", "request") as bar:  # one may be long
             for session in found:
                 b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
-                           vision=args.vision, risk=args.risk, done=bar.update)
+                           vision=args.vision, risk=args.risk, image_instructions=args.image_instructions,
+                           done=bar.update)
                 bills.append(b)
                 print(b.as_json(args.requests) if args.json else b.text(args.requests), flush=True)
         total = report(bills)

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import needs
+from conftest import _tesseract_missing, needs
 
 pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("httpx", "serve")]
 
@@ -319,3 +319,83 @@ def test_claude_code_runs_past_its_own_compaction_through_the_proxy(tmp_path):
     results = [b for m in last["messages"] if isinstance(m["content"], list) for b in m["content"]
                if b.get("type") == "tool_result"]
     assert len(results) == len(calls), "the client still holds every tool result: nothing summarised away"
+
+
+def _opening(message: dict) -> tuple[list[dict], dict]:
+    """The first user message's instruction pages (`--image-instructions`), and the message as
+    the client wrote it."""
+    from optictx.serve.instructions import HEAD
+
+    content = message["content"]
+    head = content[0].get("text", "") if isinstance(content, list) and content else ""
+    pages = []
+    if head.startswith(HEAD.split("{n}")[0]):
+        pages = [b for b in content[1:] if b.get("type") == "image"][: int(head.split()[1])]
+        content = content[1 + len(pages) :]
+    return pages, {**message, "content": content}
+
+
+def test_claude_code_with_its_instructions_on_pages(tmp_path):
+    """`--image-instructions` with the real CLI: its system prompt's prose and its tools'
+    descriptions reach the upstream as pages that open the conversation, the same bytes on every
+    request; tool names and schemas, short system blocks and every message as the client sent
+    them; and the pages read back (Tesseract) at 98% of their characters or better."""
+    binary = claude()
+    if binary is None:
+        pytest.skip("Claude Code CLI not installed (make claude)")
+    from optictx.serve.instructions import POINTER, STUB
+
+    work = _workspace(tmp_path / "work")
+    upstream, server = start_upstream()
+    upstream.tool_uses = script(work)[:8]
+    proxy = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=BUDGET, image_instructions=True))
+    tap = Tap(proxy.url)
+    try:
+        run = run_claude(binary, tap.url, work, tmp_path / "home")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        assert json.loads(run.stdout)["result"] == upstream.reply and not upstream.tool_uses
+        bodies = [a.body for a in upstream.arrivals if a.path.startswith("/v1/messages") and a.body.get("tools")]
+        sent = [a.body for a in tap.sent if a.body.get("tools")]
+        assert len(sent) == len(bodies) == 9
+        seen = set()
+        for client, body in zip(sent, bodies):
+            assert [(t["name"], t.get("input_schema")) for t in body["tools"]] == \
+                [(t["name"], t.get("input_schema")) for t in client["tools"]]
+            stubbed = [t["name"] for t in body["tools"] if t.get("description") == STUB.format(name=t["name"])]
+            assert len(stubbed) >= 3, "the CLI's long tool descriptions went on the pages"
+            short = [b for b in client["system"] if len(b["text"]) < 1000]
+            assert [b["text"] for b in body["system"]] == [*(b["text"] for b in short), POINTER]
+            pages, first = _opening(body["messages"][0])
+            assert pages, "the pages open the conversation"
+            seen.add(json.dumps(pages))
+            assert _kept_in_order(client["messages"], [first, *body["messages"][1:]])
+            assert _pairs_intact(body) and _marks(body) <= 4
+        assert len(seen) == 1, "the same pages on every request: the provider's cache reads them back"
+        records = proxy.proxy.ledger.requests(tenant_of({}, personal=True),
+                                              proxy.proxy.ledger.conversations(tenant_of({}, personal=True))[0]["id"])
+        assert all(r["sent"] < r["original"] for r in records), "every request counts less than as it came"
+        # Sent as it came but for its instructions, a request costs less (the meter prices what went).
+        assert all(r["cost"] < r["passthrough"] for r in records if r["verbatim"]) and records[0]["verbatim"]
+        if _tesseract_missing():
+            return
+        _read_back(json.loads(seen.pop()), client)
+    finally:
+        proxy.stop()
+        tap.stop()
+        stop_upstream(server)
+
+
+def _read_back(pages: list[dict], client: dict) -> None:
+    """The pages read by Tesseract against the text the client sent (`instructions.draw` drawn
+    again from it: the pages must be exactly those)."""
+    from optictx.instructions import draw
+    from optictx.readers import TesseractReader, char_accuracy
+    from optictx.serve.instructions import MIN_DESCRIPTION, MIN_SYSTEM, TITLE
+
+    prose = "\n\n".join(b["text"] for b in client["system"] if len(b["text"]) >= MIN_SYSTEM)
+    sections = [(TITLE, prose), *((f"TOOL {t['name']}", t["description"]) for t in client["tools"]
+                                  if len(t.get("description", "")) >= MIN_DESCRIPTION and not t.get("defer_loading"))]
+    drawn = draw(sections, "anthropic")
+    assert [p["source"]["data"] for p in pages] == list(drawn.images)
+    pairs = drawn.read(TesseractReader())
+    assert sum(char_accuracy(truth, read) * len(truth) for truth, read in pairs) / sum(len(t) for t, _ in pairs) >= 0.98

@@ -34,6 +34,18 @@ def _codex() -> str | None:
     return found or (str(local) if local.exists() else None)
 
 
+def run_codex(codex: str, home: Path, url: str, more: str = "") -> subprocess.CompletedProcess:
+    """`codex exec TASK` with its model provider at `url` (the proxy, or a tap before it) and
+    `more` lines of config.toml, in `home`. No sandbox: Codex's needs user namespaces, which a
+    CI container may not give; the commands are `seq` and `echo`, in a temporary folder."""
+    (home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "optictx"\n[model_providers.optictx]\nname = "optictx"\n'
+        f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "OPTICTX_TEST_KEY"\n' + more)
+    env = {**os.environ, "CODEX_HOME": str(home), "OPTICTX_TEST_KEY": "key-codex"}
+    return subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK],
+                          env=env, cwd=home, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+
+
 def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     """`optictx bill` on the rollout Codex wrote: one request per call, the first as Codex sent it
     (it went upstream as it came, so the upstream's record is the client's), and the usage the
@@ -72,15 +84,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
     upstream.calls = [("exec_command", json.dumps({"cmd": f"seq {k} {k + 500}"})) for k in range(CALLS)]
     proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
     try:
-        (tmp_path / "config.toml").write_text(
-            'model = "gpt-5-codex"\nmodel_provider = "optictx"\n[model_providers.optictx]\nname = "optictx"\n'
-            f'base_url = "{proxy.url}/v1"\nwire_api = "responses"\nenv_key = "OPTICTX_TEST_KEY"\n')
-        env = {**os.environ, "CODEX_HOME": str(tmp_path), "OPTICTX_TEST_KEY": "key-codex"}
-        # No sandbox: Codex's needs user namespaces, which a CI container may not give; the
-        # commands are `seq`, in a temporary folder.
-        run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                              TASK], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                             stdin=subprocess.DEVNULL)
+        run = run_codex(codex, tmp_path, proxy.url)
         assert run.returncode == 0, run.stderr[-2000:]
         assert upstream.reply in run.stdout
         bodies = [a.body for a in upstream.arrivals if a.path == "/v1/responses"]
@@ -140,14 +144,8 @@ def test_codex_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_path):
                       ("mcp__optictx/recall", _recall_first_hit)]
     proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
     try:
-        (tmp_path / "config.toml").write_text(
-            'model = "gpt-5-codex"\nmodel_provider = "optictx"\n[model_providers.optictx]\nname = "optictx"\n'
-            f'base_url = "{proxy.url}/v1"\nwire_api = "responses"\nenv_key = "OPTICTX_TEST_KEY"\n'
-            f'[mcp_servers.optictx]\nurl = "{proxy.url}/mcp"\n')  # the two lines a user adds
-        env = {**os.environ, "CODEX_HOME": str(tmp_path), "OPTICTX_TEST_KEY": "key-codex"}
-        run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                              TASK], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                             stdin=subprocess.DEVNULL)
+        mcp = f'[mcp_servers.optictx]\nurl = "{proxy.url}/mcp"\n'  # the two lines a user adds
+        run = run_codex(codex, tmp_path, proxy.url, mcp)
         assert run.returncode == 0, run.stderr[-2000:]
         assert not upstream.calls, "every scripted call was asked for"
         bodies = [a.body for a in upstream.arrivals if a.path == "/v1/responses"]
@@ -162,4 +160,54 @@ def test_codex_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_path):
         assert len(proxy.proxy.ledger.conversations(tenant_of({}, personal=True))) == 1
     finally:
         proxy.stop()
+        stop_upstream(server)
+
+
+def test_codex_with_its_instructions_on_pages(tmp_path):
+    """`--image-instructions` with the real Codex CLI: its developer messages' long texts and its
+    tools' long descriptions (a namespace's too) reach the upstream as pages that open the first
+    user message, the same on every request, and Codex runs its session to the end: every
+    tool's name and parameters, every other message part, as it sent them."""
+    codex = _codex()
+    if codex is None:
+        pytest.skip("Codex CLI not installed (make codex)")
+    from optictx.serve.instructions import HEAD, POINTER, STUB
+
+    from serve_peers import Tap
+
+    upstream, server = start_upstream()
+    upstream.calls = [("exec_command", json.dumps({"cmd": f"seq {k} {k + 50}"})) for k in range(4)]
+    proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, image_instructions=True))
+    tap = Tap(proxy.url)
+    try:
+        run = run_codex(codex, tmp_path, tap.url)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert upstream.reply in run.stdout and not upstream.calls
+        bodies = [a.body for a in upstream.arrivals if a.path == "/v1/responses"]
+        sent = [a.body for a in tap.sent if a.path.endswith("/responses")]
+        assert len(bodies) == len(sent) == 5
+        opened = set()
+        for client, body in zip(sent, bodies):
+            def shape(tools):  # names and parameters, a namespace's tools too
+                return [(t.get("name"), t.get("parameters"), shape(t.get("tools") or [])) for t in tools]
+
+            assert shape(body["tools"]) == shape(client["tools"])
+            described = [t.get("description") for t in body["tools"]] + [
+                i.get("description") for t in body["tools"] for i in t.get("tools") or []]
+            lead = STUB.split("{name}")[0]
+            stubs = [d for d in described if isinstance(d, str) and d == STUB.format(name=d[len(lead) :].split('"')[0])]
+            assert len(stubs) >= 2
+            user = next(i for i, m in enumerate(client["input"]) if m.get("role") == "user")
+            assert body["input"][user + 1 :] == client["input"][user + 1 :]
+            content = body["input"][user]["content"]
+            n = int(content[0]["text"].split()[1])
+            assert content[0]["text"] == HEAD.format(n=n) and n >= 1
+            assert all(p["type"] == "input_image" for p in content[1 : 1 + n])
+            assert content[1 + n :] == client["input"][user]["content"]
+            assert body["input"][0]["content"][0]["text"] == POINTER
+            opened.add(json.dumps(content[: 1 + n]))
+        assert len(opened) == 1, "the same pages on every request"
+    finally:
+        proxy.stop()
+        tap.stop()
         stop_upstream(server)

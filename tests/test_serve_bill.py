@@ -241,11 +241,9 @@ def test_dollars_are_priced_at_the_requests_own_size():
     assert float(big.input_price) / 1_000_000 > per_token * 1.5  # the tier the old pricing put every request in
 
 
-def test_tools_cost_the_same_on_both_sides_of_a_compressed_request(sample):
-    """A request's tool definitions go as they came either way: on a compressed request they add
-    to optictx's modeled cost what they add to the conversation's as it came (cold and warm)."""
+def _compressed(sample):
+    """Two compressed contexts of one conversation, the second four turns on."""
     from optictx import Memory
-    from optictx.serve.meter import Meter
 
     mem = Memory(vision="anthropic", budget=3000, keep_recent=2)
     for m in sample[:80]:
@@ -253,7 +251,15 @@ def test_tools_cost_the_same_on_both_sides_of_a_compressed_request(sample):
     first = mem.context()
     for m in sample[80:84]:
         mem.add(m)
-    second = mem.context()
+    return first, mem.context()
+
+
+def test_tools_cost_the_same_on_both_sides_of_a_compressed_request(sample):
+    """A request's tool definitions go as they came either way: on a compressed request they add
+    to optictx's modeled cost what they add to the conversation's as it came (cold and warm)."""
+    from optictx.serve.meter import Meter
+
+    first, second = _compressed(sample)
     assert not first.verbatim and not second.verbatim
     tools = 4_000
     costs = []
@@ -263,3 +269,36 @@ def test_tools_cost_the_same_on_both_sides_of_a_compressed_request(sample):
                       for ctx, original, at in ((first, 20_000, 0.0), (second, 21_000, 60.0))])
     for without, with_tools in zip(*costs):
         assert with_tools.optictx - without.optictx == pytest.approx(with_tools.passthrough - without.passthrough)
+
+
+def test_instructions_drawn_cost_what_went(sample):
+    """With `--image-instructions` a request counts `moved` tokens fewer than its context does
+    (its instructions went as pages): on a compressed request the cold call costs those tokens'
+    write less and the warm one their read less (they are in front, read back unchanged); sent
+    as it came but for them, a request costs what it sent, not what it came as."""
+    from optictx import Memory
+    from optictx.promptcache import pricing_for
+    from optictx.serve.meter import Meter
+
+    first, second = _compressed(sample)
+    pricing, moved = pricing_for("anthropic"), 500  # what is left stays above the cache's least prompt
+    for tools in (0, 4_000):  # with no tools, more is drawn than the tools' own tokens
+        costs = []
+        for fewer in (0, moved):
+            meter = Meter()
+            costs.append([meter.charge(ctx, original + tools, ctx.tokens + tools - fewer, "anthropic",
+                                       "claude-sonnet-4-5", at)
+                          for ctx, original, at in ((first, 20_000, 0.0), (second, 21_000, 60.0))])
+        (cold, warm), (cold_drawn, warm_drawn) = costs
+        assert cold.optictx - cold_drawn.optictx == pytest.approx(moved * pricing.write)
+        assert warm.optictx - warm_drawn.optictx == pytest.approx(moved * pricing.read)
+        assert (cold.passthrough, warm.passthrough) == (cold_drawn.passthrough, warm_drawn.passthrough)
+    tools = 4_000
+    small = Memory(vision="anthropic", budget=100_000)
+    for m in sample[:10]:
+        small.add(m)
+    as_it_came = small.context()
+    assert as_it_came.verbatim
+    meter, size = Meter(), as_it_came.tokens + tools
+    charge = meter.charge(as_it_came, size, size - moved, "anthropic", "claude-sonnet-4-5", 0.0)
+    assert charge.optictx == pytest.approx(charge.passthrough - moved * pricing.write)

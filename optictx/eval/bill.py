@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ..policy import Policy
 from ..promptcache import Bill, CachePricing, Prefixes, PromptCache, Request, dollars, get_cache_pricing
 from ..serve.dialect import MENTION, Dialect
+from ..serve.instructions import Instructions
 from .bodies import Client, blocks_of
 from .grown import Grower
 from .requests import Requests
@@ -164,10 +165,11 @@ def risk_arg(text: str) -> float:
 
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
-           risk: float | None = 0.1, words: bool = True, wire: bool = False,
+           risk: float | None = 0.1, words: bool = True, image_instructions: bool = False, wire: bool = False,
            done: Callable[[], object] | None = None) -> SessionBill:
     """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
-    apart (a sequence: the gaps in turn, cycled); `risk`, `words`: the proxy's settings. Each
+    apart (a sequence: the gaps in turn, cycled); `risk`, `words`, `image_instructions`: the
+    proxy's settings. Each
     request is built from the one before and handed to the proxy as the turns it adds
     (`grown.py`), unless it is not the one before grown, or `wire`: then it goes whole, as bytes,
     the way `optictx serve` reads it (the same bill, in time that grows with the square of the
@@ -185,7 +187,8 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     api = native.api if native is not None else ("anthropic" if provider.startswith("anthropic") else "openai")
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[api]
     cost = get_cost_model(vision_for(model, dialect.provider, vision))
-    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk, "words": words}
+    settings: dict[str, Any] = {"keep_recent": keep_recent, "vision": vision, "risk": risk, "words": words,
+                                "image_instructions": image_instructions}
     config = ServeConfig.make(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
                               **settings)
     headers = {"x-api-key": "optictx-bill"}
@@ -255,8 +258,12 @@ class _Steps:
             grower.whole(whole, requests.head, requests.key, requests.items)
         self._held(fitted)
         a = self.plain.bill(theirs)
-        if fitted.context is None or fitted.context.verbatim:  # the client's own bytes went
+        if fitted.context is None or (fitted.context.verbatim and not self.proxy.config.image_instructions):
             return a, self.ours.bill(_automatic(theirs, requests.head)), fitted, self.client.bytes, self.client.bytes
+        if fitted.context.verbatim:  # the client's request with its instructions drawn (the proxy's bytes)
+            sent = Instructions(self.dialect.name, fitted.sent.vision)(requests.body())
+            return a, self.ours.bill(_automatic(self.mine.sent(sent, at), sent)), fitted, \
+                len(json.dumps(sent)), self.client.bytes
         sent = json.loads(fitted.body)
         return a, self.ours.bill(_automatic(self.mine.sent(sent, at), sent)), fitted, len(fitted.body), \
             self.client.bytes

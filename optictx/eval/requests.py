@@ -122,10 +122,14 @@ class Requests:
         if not self.items:
             self.items, self._task = [{"role": "user", "content": [{"type": "text", "text": TASK}]}], True
         if not self.head or len(self._system) != system:
-            text = "\n\n".join(self._system) or filler(self.session.system_tokens)
+            front = self.session.front
+            text = "\n\n".join(self._system) or ("" if front else filler(self.session.system_tokens))
             self.head = {"model": self.model, "max_tokens": 32000}
+            if front:  # a real client's, as it sent them, before the session's own
+                self.head.update({k: front[k] for k in ("system", "tools") if k in front})
             if text:
-                self.head["system"] = [{"type": "text", "text": text, "cache_control": EPHEMERAL}]
+                self.head["system"] = [*self.head.get("system", []), {"type": "text", "text": text,
+                                                                       "cache_control": EPHEMERAL}]
         return anew
 
 

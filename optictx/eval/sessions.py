@@ -235,6 +235,9 @@ class Session:
     system_tokens: int  # the client's system prompt and tools, as billed, where the file lacks them (0: unknown)
     billed: list[Usage] = field(default_factory=list)  # what the provider reported per call
     native: Native | None = None  # a client's own session file: its requests as it sent them
+    # A real client's `system` and `tools` (a request body it sent) in place of the stand-in for
+    # those not recorded (`system_tokens`): the bill under what the client really sends.
+    front: dict[str, Any] | None = None
 
     @property
     def provider(self) -> str:

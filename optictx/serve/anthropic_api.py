@@ -14,6 +14,7 @@ from ..turns import to_turn
 from .body import Splice
 from .dialect import (
     ApiError,
+    Front,
     Parsed,
     Unknown,
     as_sent,
@@ -22,6 +23,7 @@ from .dialect import (
     nothing_fits,
     plain,
     unmarked,
+    written,
 )
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control blocks per request (prompt caching docs)
@@ -186,12 +188,13 @@ class AnthropicMessages:
                 raise Unknown("system" if n == 0 and system else f"messages: {exc}") from exc
         return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(o for _, o in pairs))
 
-    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context, front: Front | None = None) -> bytes:
         if ctx.verbatim:
-            return parsed.raw
+            return written(parsed, front)
         splice = Splice()
         ours, messages = to_anthropic(ctx, as_sent(parsed), cache=True, image=splice.hold)  # the system stays theirs
         body = {**parsed.body, "messages": messages or nothing_fits(ctx)}
+        body = body if front is None else front(body)
         _breakpoints(body, any(_has_mark(b) for b in ours))
         return splice.dumps(body)
 

@@ -47,6 +47,9 @@ class ServeConfig(BaseModel):
     pin_task: bool = Field(True, description="keep the first user message (the task) as text in every context")
     words: bool = Field(True, description="keep the person's words and the instruction files a client forwards "
                         "(CLAUDE.md, AGENTS.md) as text in place, never drawn on a page")
+    image_instructions: bool = Field(False, description="draw the system prompt's prose and the tools' "
+                                     "descriptions on pages that open the first user message, sharper than "
+                                     "history (names and schemas stay text)")
     store: Path | str | None = Field(None, description="where memories outlive restarts (default: nowhere): a "
                                      "folder of SQLite files, or a postgresql://user@host/db URL replicas share")
     allow_remote: bool = Field(False, description="bind a non-loopback host; clients must then send "

@@ -3,6 +3,7 @@ API's module fills in (`openai_api.OPENAI`, `responses_api.RESPONSES`, `anthropi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -105,8 +106,9 @@ class Dialect(Protocol):
         """The request's turns, or ApiError naming the bad field (nothing is stored then)."""
         ...
 
-    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
-        """The body that goes upstream: the client's own bytes for a verbatim context."""
+    def upstream_body(self, parsed: Parsed, ctx: Context, front: Front | None = None) -> bytes:
+        """The body that goes upstream: the client's own bytes for a verbatim context; `front`
+        rewrites what goes before the conversation (`--image-instructions`, `instructions.Front`)."""
         ...
 
     def error(self, exc: ApiError) -> dict[str, Any]:
@@ -116,6 +118,15 @@ class Dialect(Protocol):
     def stream_error(self, message: str) -> bytes:
         """An SSE event that ends a stream with an error the client's SDK raises."""
         ...
+
+
+Front = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def written(parsed: Parsed, front: Front | None) -> bytes:
+    """A verbatim context's body: the client's own bytes, or its body rewritten by `front` (none
+    for a request whose bytes were never written, `Parsed.grown`)."""
+    return parsed.raw if front is None or not parsed.raw else json.dumps(front(parsed.body)).encode()
 
 
 # Fields a client moves between requests without changing what a message says: a memory's turns

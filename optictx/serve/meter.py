@@ -42,7 +42,7 @@ class Meter:
 
     def __init__(self) -> None:
         self._last: Context | None = None
-        self._original = 0
+        self._original = self._sent = 0
         self._at = 0.0
         self._front: str | None = None
 
@@ -55,20 +55,25 @@ class Meter:
         pricing = pricing_for(vision)
         why = None
         if pricing.cold(self._at, at):  # nothing is read back
-            self._last, self._original, why = None, 0, "cold cache"
+            self._last, self._original, self._sent, why = None, 0, 0, "cold cache"
         elif self._front is not None and front != self._front:
-            self._last, self._original, why = None, 0, "the client changed its tools or system prompt"
+            self._last, self._original, self._sent, why = None, 0, 0, "the client changed its tools or system prompt"
         self._at, self._front = at, front
         passthrough = pricing.call(original, min(self._original, original))
-        if ctx is None or ctx.verbatim:  # it went as it came
-            ours = passthrough if ctx is None or self._last is None or self._last.verbatim else pricing.call(sent, 0)
+        if ctx is None:  # it went as it came
+            ours = passthrough
+        elif ctx.verbatim:  # the conversation as it came (its instructions drawn, `sent` says)
+            after = self._last is not None and not self._last.verbatim  # a compacted prompt: nothing is read
+            ours = pricing.call(sent, 0 if after else min(self._sent, sent))
         else:
             # What the request carries beside its messages (tool definitions) goes first and as
-            # it came, on both sides: `original` counts it, and so must optictx's prompt.
-            extra, per = max(0, sent - ctx.tokens), tokens_per_piece(ctx)
+            # it came, on both sides: `original` counts it, and so must optictx's prompt. It is
+            # below 0 where the instructions went drawn (`--image-instructions`): the context
+            # counts them as text, and they are in front, read back with the first piece.
+            extra, per = sent - ctx.tokens, tokens_per_piece(ctx)
             common = extra + sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
-            ours = pricing.call(extra + sum(per), common)
-        self._last, self._original = ctx, original
+            ours = pricing.call(sent, min(sent, max(0, common)))
+        self._last, self._original, self._sent = ctx, original, sent
         return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original),
                       why)
 

@@ -13,6 +13,7 @@ from ..turns import to_turn
 from .body import Splice
 from .dialect import (
     ApiError,
+    Front,
     Parsed,
     Unknown,
     as_sent,
@@ -21,6 +22,7 @@ from .dialect import (
     nothing_fits,
     plain,
     unmarked,
+    written,
 )
 
 # What the proxy understands of a message: its roles ("developer" is the newer name of the system
@@ -82,12 +84,13 @@ class OpenAIChat:
                 raise Unknown(f"{where}: {exc}") from exc
         return Parsed(body, raw, model, body.get("stream") is True, tuple(turns), tuple(messages))
 
-    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context, front: Front | None = None) -> bytes:
         if ctx.verbatim:
-            return parsed.raw
+            return written(parsed, front)
         splice = Splice()
         messages = to_openai(ctx, as_sent(parsed), image=splice.hold) or nothing_fits(ctx)
-        return splice.dumps({**parsed.body, "messages": messages})
+        body = {**parsed.body, "messages": messages}
+        return splice.dumps(body if front is None else front(body))
 
     def error(self, exc: ApiError) -> dict[str, Any]:
         return {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": None}}

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..context import Context
-from ..cost import vision_of_model
+from ..cost import get_cost_model, vision_of_model
 from ..errors import BudgetError, TurnTooLargeError
+from ..limits import Limits
 from ..memory import Memory
 from ..recall import spans_of
 from ..tools import ABOUT
@@ -24,8 +25,9 @@ from ..words import first_said, keep
 from .answers import FALLBACKS
 from .config import ServeConfig
 from .conversations import Conversation, Conversations, tenant_of
-from .dialect import MENTION, ApiError, Dialect, Parsed
+from .dialect import MENTION, ApiError, Dialect, Front, Parsed
 from .drawahead import DrawAhead
+from .instructions import MAX_PAGES, Instructions
 from .ledger import Ledger, Sent
 from .meter import Charge
 from .shelf import shelf_for
@@ -46,17 +48,18 @@ class Fitted:
 
 
 def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str, *,
-        commit: bool = True, at: float | None = None) -> tuple[bytes, Context]:
+        commit: bool = True, at: float | None = None, front: Front | None = None) -> tuple[bytes, Context]:
     """The upstream body for `parsed` from a memory holding exactly its turns, and its context.
 
     What goes upstream follows from the conversation's own history of calls (the memory's plan
     state, `prefix.py`): the last body with the new turns appended, until a compaction. Any
     memory holding those turns after the same calls sends the same bytes: the proxy's, a reopen
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
-    (token counting) leaves the plan state as it was; `at`: the request's time (default now)."""
+    (token counting) leaves the plan state as it was; `at`: the request's time (default now);
+    `front`: the instructions drawn on pages (`--image-instructions`)."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
                          tools=recall_tools(parsed.body.get("tools"), lambda: parsed.mentions))
-    return dialect.upstream_body(parsed, ctx), ctx
+    return dialect.upstream_body(parsed, ctx, front), ctx
 
 
 def _ours(spec: Any) -> bool:
@@ -155,11 +158,14 @@ class Proxy:
                key: str | None = None) -> Memory:
         """A new conversation's memory, its pages drawn for `vision` and `budget` (its first
         request's: a consumer that prices pixels takes larger pages where the budget holds them)
-        and its page handles keyed by `key` (`handles.key_for` its id); contexts are built per
-        request (budget, vision)."""
+        and its page handles keyed by `key` (`handles.key_for` its id), room left under its
+        consumer's images-per-request cap for instruction pages (`--image-instructions`); contexts
+        are built per request (budget, vision)."""
+        cap = get_cost_model(vision).max_images
+        room = {"limits": Limits(max_images=max(0, cap - MAX_PAGES))} if self.config.image_instructions and cap else {}
         return Memory(keep_recent=self.config.keep_recent, budget=budget or self.config.budget, store=store,
                       vision=vision, image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk,
-                      key=key)
+                      key=key, **room)
 
     def reopen(self, store: str | Path) -> Memory:
         """A stored conversation's memory, with the settings it was made with."""
@@ -294,17 +300,20 @@ class Proxy:
                 budget: int, vision: str, *, commit: bool = True, at: float | None = None) -> Fitted:
         extra = overhead(memory, parsed)
         original = memory.original_tokens(vision) + extra
+        front = Instructions(dialect.name, vision) if self.config.image_instructions else None
         try:
             if budget - extra < 1:
                 raise BudgetError(f"the tool definitions alone take {extra} of the {budget} tokens")
-            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit, at=at)
+            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit, at=at, front=front)
         except BudgetError as exc:  # never worse than no proxy: it goes as it came
             log.warning("conversation %s does not fit %d tokens (%s): sent as it came", conversation, budget, exc)
             record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
                           original, True, {})
             return Fitted(parsed.raw, record, None, "budget")
+        moved = front.moved if front is not None else 0  # the instructions drawn count less than as text
         record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
-                      ctx.tokens + extra, ctx.verbatim, tiers_of(ctx), event=ctx.event, budget=ctx.budget.limit, at=at)
+                      ctx.tokens + extra - moved, ctx.verbatim, tiers_of(ctx), event=ctx.event, budget=ctx.budget.limit,
+                      at=at)
         return Fitted(body, record, ctx)
 
     def close(self) -> None:

@@ -23,7 +23,18 @@ from ..errors import TurnError
 from ..export import to_responses
 from ..turns import to_turn
 from .body import Splice
-from .dialect import Parsed, Unknown, as_sent, first_unknown, model_and_messages, nothing_fits, plain, unmarked
+from .dialect import (
+    Front,
+    Parsed,
+    Unknown,
+    as_sent,
+    first_unknown,
+    model_and_messages,
+    nothing_fits,
+    plain,
+    unmarked,
+    written,
+)
 from .openai_api import OpenAIChat, kept_as_sent
 
 # Items that ride with a neighbouring turn instead of being one (opaque, encrypted).
@@ -159,12 +170,13 @@ class OpenAIResponses:
                 raise Unknown(f"{where}: {exc}") from exc
         return Parsed(body, raw, model, stream, tuple(turns), tuple(o for _, o in pairs))
 
-    def upstream_body(self, parsed: Parsed, ctx: Context) -> bytes:
+    def upstream_body(self, parsed: Parsed, ctx: Context, front: Front | None = None) -> bytes:
         if ctx.verbatim:
-            return parsed.raw
+            return written(parsed, front)
         splice, sent = Splice(), as_sent(parsed)
         items = to_responses(ctx, lambda turn: list(sent(turn)), image=splice.hold) or nothing_fits(ctx)
-        return splice.dumps({**parsed.body, "input": items})
+        body = {**parsed.body, "input": items}
+        return splice.dumps(body if front is None else front(body))
 
     error = OpenAIChat.error  # the same error body as Chat Completions
 

@@ -1,0 +1,143 @@
+"""A client's instructions drawn on pages (opt-in: `optictx serve --image-instructions`): its
+system prompt's prose and its tools' descriptions, read on every call, drawn once per text and
+consumer, sharper than history, so that what a reader must not misread stays easy to read.
+
+The pages are sent at the size the consumer is sent history's TINY pages at (Claude: 1092 px
+square, where a 2730-px page of history is seen; OpenAI's tile-priced models: 512 x 1024), but
+drawn on a master only twice that size (history's is 2.5 times), so their glyphs are 1.25x
+history's, and the master halves exactly into the image sent (a box average, no interpolation).
+Nothing on them refers to other lines: every line is drawn (references to lines already drawn
+are history's, `repeats.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image
+
+from .cost import PROFILES
+from .errors import ConfigError
+from .images import ENCODING, MEDIA_TYPE
+from .lru import LRU
+from .renderers import Block, Columns, Layout, Line, RenderConfig, draw_page, line_boxes
+from .tiers import Tier, greys
+
+__all__ = ["MEDIA_TYPE", "Drawn", "draw", "geometry"]
+
+SHARPER = 2  # the master's side over the image's: history's TINY pages are drawn at 2.5x (1280 -> 512)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """Instructions on pages for one consumer (`vision`): each page's image (MEDIA_TYPE, base64),
+    the size it is sent at, and its lines as laid out (`Line.text`: what a reader should read)."""
+
+    vision: str
+    images: tuple[str, ...]
+    sizes: tuple[tuple[int, int], ...]
+    lines: tuple[tuple[Line, ...], ...]
+
+    def boxes(self) -> list[list[tuple[int, int, int, int]]]:
+        """Every line's box on each page's image, in its pixels (a reader reads line by line)."""
+        config, _ = geometry(self.vision)
+        layouts = [_layout(_tall(config, size[1] * SHARPER)) for size in self.sizes]
+        return [[tuple(v // SHARPER for v in b.box) for b in line_boxes(page, layout)]  # type: ignore[misc]
+                for page, layout in zip(self.lines, layouts)]
+
+
+    def read(self, reader: Any) -> list[tuple[str, str]]:
+        """Each page's text as drawn, and as `reader` (a `readers.Reader`) reads it, line by line."""
+        images = [Image.open(io.BytesIO(base64.b64decode(data))) for data in self.images]
+        return [("\n".join(line.text for line in lines), reader.read(image, boxes))
+                for lines, image, boxes in zip(self.lines, images, self.boxes())]
+
+
+def geometry(vision: str) -> tuple[RenderConfig, tuple[int, int]]:
+    """The page a consumer's instructions are drawn on, and the size each is sent at: the size
+    of its history's TINY images, from a master SHARPER times that (columns as wide as
+    history's, as near as whole columns go)."""
+    profile = PROFILES.get(vision)
+    if profile is None:
+        raise ConfigError(f"vision {vision!r} is unknown; use one of {', '.join(PROFILES)}")
+    history = profile.render or RenderConfig()
+    sent = Tier.TINY.size_at(history.master)
+    assert sent is not None  # TINY is an image tier
+    width = sent[0] * SHARPER
+    columns = max(1, round(history.columns * width / history.master[0]))
+    config = _tall(history.model_copy(update={"size": width, "columns": columns, "repeats": False}), sent[1] * SHARPER)
+    return config, sent
+
+
+_LAYOUTS: dict[RenderConfig, Layout] = {}
+_DRAWN: LRU[tuple[str, str], Drawn] = LRU(max_bytes=64 * 2**20, size_of=lambda d: sum(map(len, d.images)))
+
+
+def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
+    """`sections` (a title, its text), in order, on pages for `vision`: each title a header, its
+    text as prose; the last page no taller than its lines need (a consumer that prices pixels
+    pays for no blank). The same sections give the same bytes (cached: a client sends them on
+    every call)."""
+    key = (hashlib.sha256(repr(list(sections)).encode()).hexdigest(), vision)
+    found = _DRAWN.get(key)
+    if found is not None:
+        return found
+    config, _ = geometry(vision)
+    layout = _layout(config)
+    pages = _paged([line for title, text in sections
+                    for line in (*layout.lines(Block(title, "header")), *layout.lines(Block(text, "text")))], config)
+    images, sizes = [], []
+    for i, lines in enumerate(pages):
+        cfg = config if i + 1 < len(pages) else _shortest(lines, config)
+        master, _ = draw_page(lines, _layout(cfg))
+        image = greys(master.reduce(SHARPER), cfg.greys)
+        buf = io.BytesIO()
+        image.save(buf, **ENCODING)
+        images.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+        sizes.append(image.size)
+    drawn = Drawn(vision, tuple(images), tuple(sizes), tuple(map(tuple, pages)))
+    _DRAWN[key] = drawn
+    return drawn
+
+
+def _layout(config: RenderConfig) -> Layout:
+    return _LAYOUTS.get(config) or _LAYOUTS.setdefault(config, Layout(config))
+
+
+def _tall(config: RenderConfig, height: int) -> RenderConfig:
+    return config.model_copy(update={"height": None if height == config.size else height})
+
+
+def _shortest(lines: Sequence[Line], config: RenderConfig) -> RenderConfig:
+    """`config` at the least height (even, so that it halves exactly) that holds `lines` on one page."""
+    full = config.master[1]
+    height = max(256, 2 * config.margin + sum(line.height for line in lines) // config.columns)
+    while height < full:
+        height += height % SHARPER
+        shorter = _tall(config, height)
+        if len(_paged(lines, shorter)) == 1:
+            return shorter
+        height += config.line_height
+    return config
+
+
+def _paged(lines: Sequence[Line], config: RenderConfig) -> list[list[Line]]:
+    """`lines` in pages, as the renderer places them (`Columns`): a header never ends a column."""
+    pages: list[list[Line]] = []
+    page: list[Line] = []
+    cols = Columns(config)
+    for i, line in enumerate(lines):
+        keep = config.line_height if line.style == "header" and i + 1 < len(lines) else 0
+        if cols.place(line.height, keep) is None:
+            pages.append(page)
+            page, cols = [], Columns(config)
+            cols.place(line.height, keep)
+        page.append(line)
+    if page:
+        pages.append(page)
+    return pages
