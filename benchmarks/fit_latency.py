@@ -8,7 +8,8 @@ bodies side by side:
     PYTHONPATH=OLD_CHECKOUT python benchmarks/fit_latency.py replay BODIES/*.bodies.jsonl
 
 One proxy per session, at its defaults, Anthropic's API (`--api openai`: Chat Completions, the
-same sessions as an OpenAI client sends them; give it to both steps); prints the median, p90, max and mean
+same sessions as an OpenAI client sends them; give it to both steps; `--image-instructions`:
+the proxy's option, to `replay`); prints the median, p90, max and mean
 CPU milliseconds of the request's own thread. What the proxy draws in the background while the
 upstream answers (`serve/drawahead.py`) is let finish between requests, as the upstream's
 seconds would, and is not the request's time.
@@ -40,7 +41,7 @@ def dump(sessions: list[str], out: Path, api: str) -> None:
         print(session.name, len(session.calls), "requests")
 
 
-def replay(bodies: list[str], api: str) -> dict[str, float]:
+def replay(bodies: list[str], api: str, settings: dict[str, object]) -> dict[str, float]:
     from optictx.serve import ServeConfig
     from optictx.serve.anthropic_api import ANTHROPIC
     from optictx.serve.openai_api import OPENAI
@@ -50,7 +51,8 @@ def replay(bodies: list[str], api: str) -> dict[str, float]:
 
     times = []
     for path in bodies:
-        proxy = Proxy(ServeConfig(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9"))
+        proxy = Proxy(ServeConfig(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
+                                  **settings))
         for line in Path(path).read_text().splitlines():
             raw = line.encode()
             t0 = time.thread_time()
@@ -74,11 +76,13 @@ def main() -> None:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", type=Path, default=Path("out/fit_latency"))
     ap.add_argument("--api", choices=["anthropic", "openai"], default="anthropic")
+    ap.add_argument("--image-instructions", action="store_true", help="the proxy's option (replay)")
     args = ap.parse_args()
     if args.step == "dump":
         dump(args.files, args.out, args.api)
     else:
-        print(json.dumps(replay(args.files, args.api)))
+        settings = {"image_instructions": True} if args.image_instructions else {}  # an older optictx lacks it
+        print(json.dumps(replay(args.files, args.api, settings)))
 
 
 if __name__ == "__main__":

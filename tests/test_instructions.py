@@ -165,3 +165,17 @@ def test_a_bill_with_instructions_drawn_is_the_wire_s_and_cheaper(tmp_path, prov
         assert [r.passthrough_cost for r in grown.rows] == [r.passthrough_cost for r in plain.rows]
         assert grown.optictx < plain.optictx
         assert all(r.optictx_tokens < r.passthrough_tokens for r in grown.rows)
+
+
+def test_pages_that_would_pass_the_image_cap_stay_text():
+    """Anthropic takes 100 images a request: where the conversation's own leave no room for the
+    pages (a memory made before the option, which kept none), the instructions stay text."""
+    pages = Instructions("anthropic", "anthropic")
+    pages(_anthropic())
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    for room, drawn in ((0, True), (1, False)):
+        body = _anthropic()
+        body["messages"][2]["content"] = [{"type": "tool_result", "tool_use_id": "x", "content": [image]},
+                                          *[image] * (99 - pages.pages + room)]
+        front = Instructions("anthropic", "anthropic")
+        assert (front(body) is not body) is drawn

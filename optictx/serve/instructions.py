@@ -13,7 +13,8 @@ the pages and the lines put in cost less than the text taken out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..cost import get_cost_model
@@ -48,7 +49,6 @@ class Instructions:
     vision: str
     moved: int = 0
     drawn: Drawn | None = None  # the pages it put in, once it did
-    _tok: Any = field(default_factory=get_tokenizer, repr=False)
 
     @property
     def pages(self) -> int:
@@ -70,17 +70,12 @@ class Instructions:
             head["tools"] = [self._tool(t, sections) for t in tools]
         if not sections:
             return body
-        drawn = draw(sections, self.vision)
-        taken = sum(self._tok.count(text) for _, text in sections)
-        put = self._tok.count(HEAD.format(n=len(drawn.images))) + sum(
-            self._tok.count(STUB.format(name=title[5:])) for title, _ in sections if title != TITLE) + \
-            (self._tok.count(POINTER) + self._tok.count(MORE) * (len(texts) - 1) if texts else 0)
-        shown = images_cost(drawn.sizes, get_cost_model(self.vision))
-        capped = get_cost_model(self.vision).max_images is not None
-        if (capped and len(drawn.images) > MAX_PAGES) or shown + put >= taken:  # never worse than the text
-            return body
-        self.moved, self.drawn = taken - put - shown, drawn
-        return {**head, key: [*front, self._opened(items[user], drawn), *items[user + 1 :]]}
+        weighed = _weighed(tuple(sections), len(texts), self.vision)
+        cap = get_cost_model(self.vision).max_images
+        if weighed is None or (cap is not None and len(weighed[0].images) + _images(items) > cap):
+            return body  # (a memory made before the option leaves no room for them under the cap)
+        self.drawn, self.moved = weighed
+        return {**head, key: [*front, self._opened(items[user], self.drawn), *items[user + 1 :]]}
 
     def _system(self, head: dict[str, Any], front: list[Any]) -> list[str]:
         """The system prompt's long texts taken out, each replaced by a line
@@ -137,6 +132,39 @@ class Instructions:
         else:
             pages = [{"type": "image_url", "image_url": {"url": u}} for u in url]
         return {**message, "content": [{"type": text, "text": HEAD.format(n=len(pages))}, *pages, *parts]}
+
+
+@lru_cache(maxsize=64)  # a client sends the same instructions on every call
+def _weighed(sections: tuple[tuple[str, str], ...], texts: int, vision: str) -> tuple[Drawn, int] | None:
+    """The pages for `sections` (`texts` of them the system prompt's) and how many tokens fewer a
+    request counts with them in place of the text (the lines put in and the images counted), or
+    None where that is not fewer, or the pages are more than a consumer with an image cap takes."""
+    tok, cost = get_tokenizer(), get_cost_model(vision)
+    drawn = draw(sections, vision)
+    taken = sum(tok.count(text) for _, text in sections)
+    put = tok.count(HEAD.format(n=len(drawn.images))) + sum(
+        tok.count(STUB.format(name=title[5:])) for title, _ in sections if title != TITLE) + \
+        (tok.count(POINTER) + tok.count(MORE) * (texts - 1) if texts else 0)
+    moved = taken - put - images_cost(drawn.sizes, cost)
+    if moved <= 0 or (cost.max_images is not None and len(drawn.images) > MAX_PAGES):  # never worse than text
+        return None
+    return drawn, moved
+
+
+IMAGES = frozenset({"image", "image_url", "input_image"})  # an image's part, in each API
+
+
+def _images(items: list[Any]) -> int:
+    """The images in a request's messages or items, tool results' included."""
+    count, stack = 0, list(items)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            count += value.get("type") in IMAGES
+            stack.extend(v for k, v in value.items() if k in ("content", "output") and isinstance(v, list))
+        elif isinstance(value, list):
+            stack.extend(value)
+    return count
 
 
 def _texts(content: Any, kind: str, texts: list[str]) -> Any:
