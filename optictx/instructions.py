@@ -46,10 +46,9 @@ class Drawn:
     def boxes(self) -> list[list[tuple[int, int, int, int]]]:
         """Every line's box on each page's image, in its pixels (a reader reads line by line)."""
         config, _ = geometry(self.vision)
-        layouts = [_layout(_tall(config, size[1] * SHARPER)) for size in self.sizes]
+        layouts = [Layout(_tall(config, size[1] * SHARPER)) for size in self.sizes]
         return [[tuple(v // SHARPER for v in b.box) for b in line_boxes(page, layout)]  # type: ignore[misc]
                 for page, layout in zip(self.lines, layouts)]
-
 
     def read(self, reader: Any) -> list[tuple[str, str]]:
         """Each page's text as drawn, and as `reader` (a `readers.Reader`) reads it, line by line."""
@@ -74,7 +73,6 @@ def geometry(vision: str) -> tuple[RenderConfig, tuple[int, int]]:
     return config, sent
 
 
-_LAYOUTS: dict[RenderConfig, Layout] = {}
 _DRAWN: LRU[tuple[str, str], Drawn] = LRU(max_bytes=64 * 2**20, size_of=lambda d: sum(map(len, d.images)))
 
 
@@ -88,13 +86,13 @@ def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
     if found is not None:
         return found
     config, _ = geometry(vision)
-    layout = _layout(config)
+    layout = Layout(config)  # a layout is a fraction of a millisecond: one per drawing, none shared
     pages = _paged([line for title, text in sections
                     for line in (*layout.lines(Block(title, "header")), *layout.lines(Block(text, "text")))], config)
     images, sizes = [], []
     for i, lines in enumerate(pages):
         cfg = config if i + 1 < len(pages) else _shortest(lines, config)
-        master, _ = draw_page(lines, _layout(cfg))
+        master, _ = draw_page(lines, layout if cfg is config else Layout(cfg))
         image = greys(master.reduce(SHARPER), cfg.greys)
         buf = io.BytesIO()
         image.save(buf, **ENCODING)
@@ -103,10 +101,6 @@ def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
     drawn = Drawn(vision, tuple(images), tuple(sizes), tuple(map(tuple, pages)))
     _DRAWN[key] = drawn
     return drawn
-
-
-def _layout(config: RenderConfig) -> Layout:
-    return _LAYOUTS.get(config) or _LAYOUTS.setdefault(config, Layout(config))
 
 
 def _tall(config: RenderConfig, height: int) -> RenderConfig:
