@@ -120,11 +120,13 @@ def _fronted(session: Session, body: dict[str, Any]) -> Session:
     return dataclasses.replace(session, front=front, system_tokens=0)
 
 
-def _pxpipe(job: tuple[str, str]) -> dict[str, Any]:
+def _pxpipe(job: tuple[str, str, str | None]) -> dict[str, Any]:
     """pxpipe's bill for one session under Anthropic's rules: each client body through its
-    transform, then priced like ours."""
-    path, peer = job
+    transform, then priced like ours (the bodies with `--client-front`'s, where given)."""
+    path, peer, front = job
     session = load_session(path)
+    if front is not None:
+        session = _fronted(session, json.loads(Path(front).read_text()))
     cost = get_cost_model("anthropic")
     cache, plain, counted = PromptCache("anthropic"), PromptCache("anthropic"), {}
     theirs = ours_plain = 0.0
@@ -204,7 +206,7 @@ def main() -> None:
                         p, o = sum(r["passthrough"] for r in half), sum(r["optictx"] for r in half)
                         print(f"- {name}-numbered sessions: {o / p:.3f}x, worst {max(r['ratio'] for r in half)}")
             if args.pxpipe:
-                rows = _balanced(pool, _pxpipe, files, (args.pxpipe,))
+                rows = _balanced(pool, _pxpipe, files, (args.pxpipe, args.client_front))
                 results[f"{Path(corpus).name}:pxpipe"] = rows
                 p, x = sum(r["passthrough"] for r in rows), sum(r["pxpipe"] for r in rows)
                 tokens = [sum(r["tokens"][i] for r in rows) for i in (0, 1)]
