@@ -108,7 +108,7 @@ class Dialect(Protocol):
 
     def upstream_body(self, parsed: Parsed, ctx: Context, front: Front | None = None) -> bytes:
         """The body that goes upstream: the client's own bytes for a verbatim context; `front`
-        rewrites what goes before the conversation (`--image-instructions`, `instructions.Front`)."""
+        rewrites what goes before the conversation (`--image-instructions`, `instructions.Instructions`)."""
         ...
 
     def error(self, exc: ApiError) -> dict[str, Any]:
