@@ -83,8 +83,12 @@ class PageImages:
         key = (page.digest, tier)
         data = self._png.get(key)
         if data is None:
-            buf = io.BytesIO()
-            self.at(page, tier).save(buf, **ENCODING)
-            data = base64.b64encode(buf.getvalue()).decode("ascii")
-            self._png[key] = data
+            data = self._png[key] = encoded(self.at(page, tier))
         return data
+
+
+def encoded(image: Image.Image) -> str:
+    """An image as the exporters embed it: MEDIA_TYPE, base64 text."""
+    buf = io.BytesIO()
+    image.save(buf, **ENCODING)
+    return base64.b64encode(buf.getvalue()).decode("ascii")

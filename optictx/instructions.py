@@ -1,6 +1,6 @@
 """A client's instructions drawn on pages (opt-in: `optictx serve --image-instructions`): its
-system prompt's prose and its tools' descriptions, read on every call, drawn once per text and
-consumer, sharper than history, so that what a reader must not misread stays easy to read.
+system prompt's prose and its tools' descriptions, read on every call, drawn sharper than
+history, so that what a reader must not misread stays easy to read.
 
 The pages are sent at the size the consumer is sent history's TINY pages at (Claude: 1092 px
 square, where a 2730-px page of history is seen; OpenAI's tile-priced models: 512 x 1024), but
@@ -13,7 +13,6 @@ are history's, `repeats.py`).
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,9 +22,8 @@ from PIL import Image
 
 from .cost import PROFILES
 from .errors import ConfigError
-from .images import ENCODING, MEDIA_TYPE
-from .lru import LRU
-from .renderers import Block, Columns, Layout, Line, RenderConfig, draw_page, line_boxes
+from .images import MEDIA_TYPE, encoded
+from .renderers import Block, Columns, Layout, Line, RenderConfig, draw_page, keep_with, line_boxes
 from .tiers import Tier, greys
 
 __all__ = ["MEDIA_TYPE", "Drawn", "draw", "geometry"]
@@ -45,7 +43,7 @@ class Drawn:
 
     def boxes(self) -> list[list[tuple[int, int, int, int]]]:
         """Every line's box on each page's image, in its pixels (a reader reads line by line)."""
-        config, _ = geometry(self.vision)
+        config = geometry(self.vision)
         layouts = [Layout(_tall(config, size[1] * SHARPER)) for size in self.sizes]
         return [[tuple(v // SHARPER for v in b.box) for b in line_boxes(page, layout)]  # type: ignore[misc]
                 for page, layout in zip(self.lines, layouts)]
@@ -57,10 +55,9 @@ class Drawn:
                 for lines, image, boxes in zip(self.lines, images, self.boxes())]
 
 
-def geometry(vision: str) -> tuple[RenderConfig, tuple[int, int]]:
-    """The page a consumer's instructions are drawn on, and the size each is sent at: the size
-    of its history's TINY images, from a master SHARPER times that (columns as wide as
-    history's, as near as whole columns go)."""
+def geometry(vision: str) -> RenderConfig:
+    """The page a consumer's instructions are drawn on: SHARPER times the size its history's
+    TINY images are sent at (columns as wide as history's, as near as whole columns go)."""
     profile = PROFILES.get(vision)
     if profile is None:
         raise ConfigError(f"vision {vision!r} is unknown; use one of {', '.join(PROFILES)}")
@@ -69,23 +66,15 @@ def geometry(vision: str) -> tuple[RenderConfig, tuple[int, int]]:
     assert sent is not None  # TINY is an image tier
     width = sent[0] * SHARPER
     columns = max(1, round(history.columns * width / history.master[0]))
-    config = _tall(history.model_copy(update={"size": width, "columns": columns, "repeats": False}), sent[1] * SHARPER)
-    return config, sent
-
-
-_DRAWN: LRU[tuple[str, str], Drawn] = LRU(max_bytes=64 * 2**20, size_of=lambda d: sum(map(len, d.images)))
+    return _tall(history.model_copy(update={"size": width, "columns": columns, "repeats": False}), sent[1] * SHARPER)
 
 
 def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
     """`sections` (a title, its text), in order, on pages for `vision`: each title a header, its
     text as prose; the last page no taller than its lines need (a consumer that prices pixels
-    pays for no blank). The same sections give the same bytes (cached: a client sends them on
-    every call)."""
-    key = (hashlib.sha256(repr(list(sections)).encode()).hexdigest(), vision)
-    found = _DRAWN.get(key)
-    if found is not None:
-        return found
-    config, _ = geometry(vision)
+    pays for no blank). The same sections give the same bytes (the proxy keeps them:
+    `serve.instructions`, a client sends them on every call)."""
+    config = geometry(vision)
     layout = Layout(config)  # a layout is a fraction of a millisecond: one per drawing, none shared
     pages = _paged([line for title, text in sections
                     for line in (*layout.lines(Block(title, "header")), *layout.lines(Block(text, "text")))], config)
@@ -94,13 +83,9 @@ def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
         cfg = config if i + 1 < len(pages) else _shortest(lines, config)
         master, _ = draw_page(lines, layout if cfg is config else Layout(cfg))
         image = greys(master.reduce(SHARPER), cfg.greys)
-        buf = io.BytesIO()
-        image.save(buf, **ENCODING)
-        images.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+        images.append(encoded(image))
         sizes.append(image.size)
-    drawn = Drawn(vision, tuple(images), tuple(sizes), tuple(map(tuple, pages)))
-    _DRAWN[key] = drawn
-    return drawn
+    return Drawn(vision, tuple(images), tuple(sizes), tuple(map(tuple, pages)))
 
 
 def _tall(config: RenderConfig, height: int) -> RenderConfig:
@@ -126,7 +111,7 @@ def _paged(lines: Sequence[Line], config: RenderConfig) -> list[list[Line]]:
     page: list[Line] = []
     cols = Columns(config)
     for i, line in enumerate(lines):
-        keep = config.line_height if line.style == "header" and i + 1 < len(lines) else 0
+        keep = keep_with(lines, i, config)
         if cols.place(line.height, keep) is None:
             pages.append(page)
             page, cols = [], Columns(config)

@@ -1,7 +1,7 @@
 """optictx.renderers: text -> page images. Pillow only; knows nothing of memory or budgets."""
 
 from .config import RenderConfig
-from .draw import Columns, LineBox, RenderError, draw_page, line_boxes
+from .draw import Columns, LineBox, RenderError, draw_page, keep_with, line_boxes
 from .fonts import FontError, FontSet
 from .layout import RULE, Block, Layout, Line, Style, displayable
 
@@ -19,5 +19,6 @@ __all__ = [
     "Style",
     "displayable",
     "draw_page",
+    "keep_with",
     "line_boxes",
 ]

@@ -76,12 +76,17 @@ class Columns:
 _SIDE_INK = 2  # px a glyph may reach past its advance on either side (a 'j', an italic fallback)
 
 
+def keep_with(lines: Sequence[Line], i: int, config: RenderConfig) -> int:
+    """The room line `i` needs below it in its column (`Columns.place`): a header keeps the line
+    after it with it."""
+    return config.line_height if lines[i].style == "header" and i + 1 < len(lines) else 0
+
+
 def _places(lines: Sequence[Line], config: RenderConfig) -> list[tuple[int, int]]:
     """(x, y) of the top left of every line's room; RenderError when they do not fit on a page."""
     cols, places = Columns(config), []
     for i, line in enumerate(lines):
-        keep = config.line_height if line.style == "header" and i + 1 < len(lines) else 0
-        spot = cols.place(line.height, keep)
+        spot = cols.place(line.height, keep_with(lines, i, config))
         if spot is None:
             raise RenderError(f"{len(lines)} lines do not fit on a page of {config.columns} column(s) of "
                               f"{config.text_height} px; lay out fewer lines per page")

@@ -179,3 +179,19 @@ def test_pages_that_would_pass_the_image_cap_stay_text():
                                           *[image] * (99 - pages.pages + room)]
         front = Instructions("anthropic", "anthropic")
         assert (front(body) is not body) is drawn
+
+
+def test_a_memory_made_with_the_option_leaves_room_for_the_pages():
+    """Under Anthropic's 100 images, the proxy's memories keep MAX_PAGES free for instruction pages
+    when the option is on (then nothing needs counting); a memory made without it does not."""
+    pytest.importorskip("starlette", reason="the proxy (the serve extra)")
+    from optictx.serve.config import ServeConfig
+    from optictx.serve.instructions import MAX_PAGES
+    from optictx.serve.proxy import Proxy, _room
+
+    for on in (True, False):
+        proxy = Proxy(ServeConfig.make(anthropic_upstream="http://127.0.0.1:9", image_instructions=on))
+        memory = proxy.memory(None, "anthropic")
+        assert memory.policy.limits.image_cap(100) == (100 - MAX_PAGES if on else 100)
+        assert _room(memory, "anthropic") is on and _room(memory, "openai:gpt-5")  # gpt-5: no cap
+        proxy.close()

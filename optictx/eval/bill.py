@@ -260,10 +260,11 @@ class _Steps:
         a = self.plain.bill(theirs)
         if fitted.context is None or (fitted.context.verbatim and not self.proxy.config.image_instructions):
             return a, self.ours.bill(_automatic(theirs, requests.head)), fitted, self.client.bytes, self.client.bytes
-        if fitted.context.verbatim:  # the client's request with its instructions drawn (the proxy's bytes)
-            sent = Instructions(self.dialect.name, fitted.sent.vision)(requests.body())
+        if fitted.context.verbatim:  # the client's request with its instructions drawn, as the proxy writes it
+            body = requests.body()
+            sent = Instructions(self.dialect.name, fitted.sent.vision, room=True)(body)  # its memories have room
             return a, self.ours.bill(_automatic(self.mine.sent(sent, at), sent)), fitted, \
-                len(json.dumps(sent)), self.client.bytes
+                self.client.bytes + _grew(body, sent, requests.key), self.client.bytes
         sent = json.loads(fitted.body)
         return a, self.ours.bill(_automatic(self.mine.sent(sent, at), sent)), fitted, len(fitted.body), \
             self.client.bytes
@@ -284,6 +285,18 @@ class _Steps:
         went as it came outside any (a turn too large to keep, a shape not understood)."""
         kept = fitted.context is not None or fitted.fallback == "budget"
         self.conversation = fitted.sent.conversation if kept else "-"
+
+
+def _grew(body: dict[str, Any], sent: dict[str, Any], key: str) -> int:
+    """How many bytes more `sent` is as JSON than `body`, which it shares all but its head and
+    first items with (the same objects from there on): only those are written."""
+    theirs, ours = body[key], sent[key]
+    n = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a is b), len(ours))
+
+    def front(of: dict[str, Any], items: list[Any]) -> int:
+        return len(json.dumps({**{k: v for k, v in of.items() if k != key}, key: items[:n]}))
+
+    return front(sent, ours) - front(body, theirs)
 
 
 def _automatic(prefixes: Prefixes, head: dict[str, Any]) -> Prefixes:

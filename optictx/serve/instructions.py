@@ -13,13 +13,14 @@ the pages and the lines put in cost less than the text taken out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from ..cost import get_cost_model
 from ..instructions import MEDIA_TYPE, Drawn, draw
-from ..native import images_cost
+from ..native import IMAGE_PARTS, images_cost
 from ..tokens import get_tokenizer
 from ..tools import ABOUT
 
@@ -37,16 +38,49 @@ HEAD = "[The {n} images below hold this session's instructions and tool descript
 STUB = 'Described in full under "TOOL {name}" on the images that open the conversation.'
 
 
+def _anthropic_page(data: str, detail: str | None) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
+
+
+def _chat_page(data: str, detail: str | None) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{MEDIA_TYPE};base64,{data}"}}
+
+
+def _responses_page(data: str, detail: str | None) -> dict[str, Any]:  # as `export.to_responses` sends pages
+    return {"type": "input_image", "image_url": f"data:{MEDIA_TYPE};base64,{data}", "detail": detail or "auto"}
+
+
+@dataclass(frozen=True)
+class _Api:
+    """What differs between the APIs here: the list's field, a text part's type, the field that
+    holds a system prompt beside the list, a client tool's shape (`tool`: its own type, where it
+    may have none; `nested`: its name and description inside `function`), and a page's part."""
+
+    key: str
+    text: str
+    system: str | None
+    tool: str
+    nested: bool
+    page: Callable[[str, str | None], dict[str, Any]]
+
+
+_APIS = {"anthropic": _Api("messages", "text", "system", "custom", False, _anthropic_page),
+         "openai": _Api("messages", "text", None, "function", True, _chat_page),
+         "responses": _Api("input", "input_text", "instructions", "function", False, _responses_page)}
+
+
 @dataclass
 class Instructions:
     """Instructions moved onto pages, for requests of one API (`api`: "anthropic", "openai" for
     Chat Completions, "responses") sent to one consumer (`vision`). Called on a body that goes
     upstream, it gives the body rewritten, or the same body where nothing pays; `moved` is then
     how many tokens fewer the body counts (the text taken out, less the lines and images put
-    in), `drawn` the pages."""
+    in), `drawn` the pages. `room`: the conversation leaves room for MAX_PAGES under the
+    consumer's image cap (a memory the proxy made with the option), so its images need no count."""
 
     api: str
     vision: str
+    room: bool = False
     moved: int = 0
     drawn: Drawn | None = None  # the pages it put in, once it did
 
@@ -55,83 +89,68 @@ class Instructions:
         return len(self.drawn.images) if self.drawn is not None else 0
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
-        key = "input" if self.api == "responses" else "messages"
-        items = body.get(key)
+        api = _APIS[self.api]
+        items = body.get(api.key)
         user = next((i for i, m in enumerate(items) if isinstance(m, dict) and m.get("role") == "user"), None) \
             if isinstance(items, list) else None
         if user is None:
             return body
-        head = {k: v for k, v in body.items() if k != key}
+        head = {k: v for k, v in body.items() if k != api.key}
         front = list(items[:user])
-        texts = self._system(head, front)
+        texts = _system(api, head, front)
         sections = [(TITLE, "\n\n".join(texts))] if texts else []
-        tools = head.get("tools")
-        if isinstance(tools, list):
-            head["tools"] = [self._tool(t, sections) for t in tools]
-        if not sections:
-            return body
-        weighed = _weighed(tuple(sections), len(texts), self.vision)
+        if isinstance(head.get("tools"), list):
+            head["tools"] = [_tool(api, t, sections) for t in head["tools"]]
+        weighed = _weighed(tuple(sections), len(texts), self.vision) if sections else None
         cap = get_cost_model(self.vision).max_images
-        if weighed is None or (cap is not None and len(weighed[0].images) + _images(items) > cap):
-            return body  # (a memory made before the option leaves no room for them under the cap)
+        if weighed is None or (not self.room and cap is not None and len(weighed[0].images) + _images(items) > cap):
+            return body
         self.drawn, self.moved = weighed
-        return {**head, key: [*front, self._opened(items[user], self.drawn), *items[user + 1 :]]}
+        return {**head, api.key: [*front, self._opened(api, items[user], self.drawn), *items[user + 1 :]]}
 
-    def _system(self, head: dict[str, Any], front: list[Any]) -> list[str]:
-        """The system prompt's long texts taken out, each replaced by a line
-        (POINTER, then MORE): Anthropic's `system` blocks, the Responses API's `instructions`, and
-        the system and developer messages before the first user message (`front`, rewritten in
-        place: Codex sends its instructions so), their other parts and fields as they came."""
-        texts: list[str] = []
-        if self.api == "anthropic" and isinstance(head.get("system"), (str, list)):
-            head["system"] = _texts(head["system"], "text", texts)
-        if self.api == "responses" and isinstance(head.get("instructions"), str):
-            head["instructions"] = _texts(head["instructions"], "input_text", texts)
-        kind = "input_text" if self.api == "responses" else "text"
-        for i, m in enumerate(front):
-            if isinstance(m, dict) and m.get("role") in ("system", "developer") and "content" in m:
-                front[i] = {**m, "content": _texts(m["content"], kind, texts)}
-        return texts
-
-    def _tool(self, tool: Any, sections: list[tuple[str, str]], space: str = "") -> Any:
-        """`tool` with its long description replaced by STUB, the description noted in `sections`;
-        as it came where its shape has no description of its own to replace (a server tool of
-        Anthropic's, a deferred one) or it is this proxy's own (`tools.ABOUT`). A Responses
-        namespace (Codex's MCP servers, its agents) is the same for each tool in it."""
-        if not isinstance(tool, dict):
-            return tool
-        if self.api == "responses" and tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
-            name = f"{tool.get('name')}." if isinstance(tool.get("name"), str) else ""
-            return {**tool, "tools": [self._tool(t, sections, name) for t in tool["tools"]]}
-        if self.api == "openai":
-            spec = tool.get("function") if tool.get("type") == "function" else None
-        elif self.api == "responses":
-            spec = tool if tool.get("type", "function") == "function" else None
-        else:
-            spec = tool if tool.get("type", "custom") == "custom" and tool.get("defer_loading") is not True else None
-        text, name = (spec or {}).get("description"), (spec or {}).get("name")
-        if not (isinstance(spec, dict) and isinstance(text, str) and isinstance(name, str)) or \
-                len(text) < MIN_DESCRIPTION or text.startswith(ABOUT):
-            return tool
-        sections.append((f"TOOL {space}{name}", text))
-        stubbed = {**spec, "description": STUB.format(name=space + name)}
-        return {**tool, "function": stubbed} if self.api == "openai" else stubbed
-
-    def _opened(self, message: dict[str, Any], drawn: Drawn) -> dict[str, Any]:
+    def _opened(self, api: _Api, message: dict[str, Any], drawn: Drawn) -> dict[str, Any]:
         """The first user message with the pages before what it says."""
         content = message.get("content")
-        text = "input_text" if self.api == "responses" else "text"
-        parts = [{"type": text, "text": content}] if isinstance(content, str) else list(content or [])
-        url = (f"data:{MEDIA_TYPE};base64,{data}" for data in drawn.images)
-        if self.api == "anthropic":
-            pages = [{"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
-                     for data in drawn.images]
-        elif self.api == "responses":
-            detail = get_cost_model(self.vision).image_detail or "auto"  # as `export.to_responses` sends pages
-            pages = [{"type": "input_image", "image_url": u, "detail": detail} for u in url]
-        else:
-            pages = [{"type": "image_url", "image_url": {"url": u}} for u in url]
-        return {**message, "content": [{"type": text, "text": HEAD.format(n=len(pages))}, *pages, *parts]}
+        parts = [{"type": api.text, "text": content}] if isinstance(content, str) else list(content or [])
+        detail = get_cost_model(self.vision).image_detail
+        pages = [api.page(data, detail) for data in drawn.images]
+        return {**message, "content": [{"type": api.text, "text": HEAD.format(n=len(pages))}, *pages, *parts]}
+
+
+def _system(api: _Api, head: dict[str, Any], front: list[Any]) -> list[str]:
+    """The system prompt's long texts taken out, each replaced by a line (POINTER, then MORE):
+    in its field beside the list (Anthropic's `system` blocks, the Responses API's
+    `instructions`), and in the system and developer messages before the first user message
+    (`front`, rewritten in place: Codex sends its instructions so), other parts and fields as they came."""
+    texts: list[str] = []
+    if api.system is not None and isinstance(head.get(api.system), (str, list)):
+        head[api.system] = _texts(head[api.system], api.text, texts)
+    for i, m in enumerate(front):
+        if isinstance(m, dict) and m.get("role") in ("system", "developer") and "content" in m:
+            front[i] = {**m, "content": _texts(m["content"], api.text, texts)}
+    return texts
+
+
+def _tool(api: _Api, tool: Any, sections: list[tuple[str, str]], space: str = "") -> Any:
+    """`tool` with its long description replaced by STUB, the description noted in `sections`;
+    as it came where it is not a client's own tool (a server tool of Anthropic's, a web search),
+    Anthropic defers it, or it is this proxy's own (`tools.ABOUT`). A Responses namespace
+    (Codex's MCP servers, its agents) is the same for each tool in it."""
+    if not isinstance(tool, dict):
+        return tool
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        name = f"{tool.get('name')}." if isinstance(tool.get("name"), str) else ""
+        return {**tool, "tools": [_tool(api, t, sections, name) for t in tool["tools"]]}
+    ours = tool.get("type", None if api.nested else api.tool) == api.tool and tool.get("defer_loading") is not True
+    spec = tool.get("function") if api.nested else tool
+    spec = spec if isinstance(spec, dict) else {}
+    text, name = spec.get("description"), spec.get("name")
+    if not (ours and isinstance(text, str) and isinstance(name, str)) or \
+            len(text) < MIN_DESCRIPTION or text.startswith(ABOUT):
+        return tool
+    sections.append((f"TOOL {space}{name}", text))
+    stubbed = {**spec, "description": STUB.format(name=space + name)}
+    return {**tool, "function": stubbed} if api.nested else stubbed
 
 
 @lru_cache(maxsize=64)  # a client sends the same instructions on every call
@@ -151,16 +170,13 @@ def _weighed(sections: tuple[tuple[str, str], ...], texts: int, vision: str) -> 
     return drawn, moved
 
 
-IMAGES = frozenset({"image", "image_url", "input_image"})  # an image's part, in each API
-
-
 def _images(items: list[Any]) -> int:
     """The images in a request's messages or items, tool results' included."""
     count, stack = 0, list(items)
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
-            count += value.get("type") in IMAGES
+            count += value.get("type") in IMAGE_PARTS
             stack.extend(v for k, v in value.items() if k in ("content", "output") and isinstance(v, list))
         elif isinstance(value, list):
             stack.extend(value)

@@ -136,6 +136,13 @@ def kept_turns(parsed: Parsed, held: int = 0, *, pin: bool = True, words: bool =
     return tuple(keep(t) for t in turns) if words and isinstance(tools, list) and tools else tuple(turns)
 
 
+def _room(memory: Memory, vision: str) -> bool:
+    """Whether `memory`'s contexts leave room for MAX_PAGES of instructions under the consumer's
+    image cap (one the proxy made with `--image-instructions`, `Proxy.memory`), or it has none."""
+    cap = get_cost_model(vision).max_images
+    return cap is None or memory.policy.limits.image_cap(cap) <= cap - MAX_PAGES  # type: ignore[operator]
+
+
 def tiers_of(ctx: Context) -> dict[str, int]:
     """Pages per tier in `ctx`, dropped ones as "gone" (the dashboard's column)."""
     tiers = Counter(p.tier.value for p in ctx.pages)
@@ -300,7 +307,8 @@ class Proxy:
                 budget: int, vision: str, *, commit: bool = True, at: float | None = None) -> Fitted:
         extra = overhead(memory, parsed)
         original = memory.original_tokens(vision) + extra
-        front = Instructions(dialect.name, vision) if self.config.image_instructions else None
+        front = Instructions(dialect.name, vision, room=_room(memory, vision)) if self.config.image_instructions \
+            else None
         try:
             if budget - extra < 1:
                 raise BudgetError(f"the tool definitions alone take {extra} of the {budget} tokens")
