@@ -14,7 +14,6 @@ from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
 from .gate import LegibilityGate
-from .handles import new_key
 from .images import PageImages
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
 from .policy import Policy, PolicyFields
@@ -37,7 +36,7 @@ def _opened(store: str | Path | Store | None, memory: Memory) -> tuple[Store, st
     key (`handles.py`): the one its store keeps, else the one given, else a new one."""
     given = memory.key
     if store is None:
-        return MemoryStore(), given or new_key()
+        return MemoryStore(), stored_key({}, "memory", given)  # the key given, checked, or a new one
     s = open_store(store) if isinstance(store, (str, Path)) else store
     try:
         memory.key = stored_key(s.settings(), getattr(s, "where", store), given)

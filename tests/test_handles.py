@@ -55,6 +55,16 @@ def test_two_memories_never_share_a_handle():
     assert len(ha) == len(_handles(a)) > 3 and not ha & hb
 
 
+@pytest.mark.parametrize("key", [b"\0" * 32, "ab" * 8, "G" * 32, 7])
+def test_a_key_that_is_not_one_is_refused_by_name_with_or_without_a_store(tmp_path, key):
+    from optictx.errors import ConfigError
+
+    for store in (None, tmp_path / "m.db"):
+        with pytest.raises(ConfigError, match="key="):
+            Memory(key=key, store=store)
+    assert _handles(_filled(key="0f" * 16)) == _handles(_filled(key="0f" * 16))  # a key given names the pages
+
+
 def test_each_image_page_goes_after_its_label_in_every_export():
     mem = _filled(budget=4000)
     ctx = mem.context()
