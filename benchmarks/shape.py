@@ -20,11 +20,12 @@ columns, sent at TINY: 512 x 1024, two tiles and one base charge).
 
 Reported per corpus and arm: what the layout keeps of the code's shape (`eval/structure.py`:
 identifiers, numbers and paths drawn whole, indented lines whose indentation is drawn on every
-line they take, lines wrapped); sealed pages and the session's own tokens (cl100k, of the turns
-wholly on them) per page and per image token under the vision's pricing (Anthropic's w*h/750 by default); bytes per
-page and per 1,000 own tokens (every `--every`th page encoded); and, with `--read N`, the
-character accuracy of Tesseract and the reflex reader on N pages per corpus read by their line
-boxes (the same sessions' pages in both arms, spread over each session).
+line they take, the lines of calls' multi-line arguments drawn as lines, lines wrapped); sealed
+pages and the session's own tokens (cl100k, of the turns wholly on them) per page and per image
+token under the vision's pricing (Anthropic's w*h/750 by default); bytes per page and per 1,000
+own tokens (every `--every`th page encoded); and, with `--read N`, the character accuracy of
+Tesseract and the reflex reader on N pages per corpus read by their line boxes (the same sessions'
+pages in both arms, spread over each session).
 """
 
 from __future__ import annotations
@@ -91,9 +92,11 @@ def arm(sessions: Sequence[Sequence], config: RenderConfig, encoding: dict, hand
             "read pages": len(next(iter(scores.values()), []))}
 
 
-def show(session: Path, folder: Path) -> None:
-    """The page holding turn 30 in each arm, at TINY, as the model gets it: the old page whole,
-    the new one cropped to the same pixels (its text is the same size)."""
+def show(session: Path, folder: Path, turn: int = 30) -> None:
+    """The page holding `turn` in each arm, at TINY, as the model gets it: the old page whole,
+    the new one cropped to the same pixels (its text is the same size) from the column and line
+    where the turn starts (turn 30 as `page_before.png` and `page_handles.png`, another as
+    `page_before_N.png` and `page_handles_N.png`)."""
     turns = [t.model_copy(update={"id": i}) for i, t in enumerate(jsonl_corpus(session))]
     folder.mkdir(parents=True, exist_ok=True)
     side = None
@@ -103,10 +106,17 @@ def show(session: Path, folder: Path) -> None:
         packer = Packer(layout, get_tokenizer(), handle=partial(handles.handle, "00" * 16) if handled else None)
         for t in turns:
             packer.add(t)
-        page = next(p for p in packer.sealed if 30 in p.turn_ids)
-        img = PageImages(layout).at(page, Tier.TINY)
-        side = side or img.width
-        img.crop((0, 0, side, side)).save(folder / f"page_{name}.png", optimize=True)
+        page = next(p for p in packer.sealed if turn in p.turn_ids)
+        images = PageImages(layout)
+        img = images.at(page, Tier.TINY)
+        if side is None:
+            side, x, y = img.width, 0, 0
+        else:
+            first = next(i for i, e in enumerate(page.entries) if e.turn_id == turn)
+            x0, y0 = images.boxes(page, Tier.TINY)[first][:2]
+            x, y = max(0, min(x0 - 8, img.width - side)), max(0, min(y0 - 8, img.height - side))
+        suffix = "" if turn == 30 else f"_{turn}"
+        img.crop((x, y, x + side, y + side)).save(folder / f"page_{name}{suffix}.png", optimize=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -117,11 +127,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--read", type=int, default=0, help="pages per corpus to read back (default none)")
     ap.add_argument("--vision", default="anthropic", help="whose pages and prices: anthropic (default), or "
                     "openai:gpt-4o, openai:gpt-4.1, openai:gpt-5 (tile-priced: the square and tall arms)")
-    ap.add_argument("--show", help="write the page that shows turn 30 of the first corpus's first session, "
-                    "before and with handles, at TINY (the second cropped to the first's size) into this folder")
+    ap.add_argument("--show", help="write the page that shows turn 30 (or --turn) of the first corpus's first "
+                    "session, before and with handles, at TINY (the second cropped to the first's size) into this "
+                    "folder")
+    ap.add_argument("--turn", type=int, default=30, help="the turn --show shows (default 30)")
     args = ap.parse_args(argv)
     if args.show:
-        show(next(iter(sorted(Path(args.corpora[0]).glob("*.jsonl")))), Path(args.show))
+        show(next(iter(sorted(Path(args.corpora[0]).glob("*.jsonl")))), Path(args.show), args.turn)
         return
     readers = {}
     if args.read:
@@ -137,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             t0 = time.perf_counter()
             got = arm(sessions, config, encoding, handled, args.every, args.read, readers, args.vision)
             rows.append((Path(spec).name, len(sessions), name, got, time.perf_counter() - t0))
-    keys = ["atoms_unbroken", "indent_kept", "wrapped", "pages", "size", "own per page", "own per image token",
-            "bytes per page", "bytes per 1k own tokens", "tesseract accuracy", "reflex accuracy"]
+    keys = ["atoms_unbroken", "indent_kept", "call_lines_drawn", "wrapped", "pages", "size", "own per page",
+            "own per image token", "bytes per page", "bytes per 1k own tokens", "tesseract accuracy", "reflex accuracy"]
     print("| corpus (sessions) | arm | " + " | ".join(keys) + " |")
     print("|---|---|" + "---:|" * len(keys))
     for corpus, n, name, got, secs in rows:

@@ -3,9 +3,11 @@ output) and its calls, as blocks the layout lays out (`renderers.Block`)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from .renderers import Block
+from .renderers.codewrap import TRIPLE
 from .turns import Turn
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
@@ -24,9 +26,11 @@ def short_id(call_id: str) -> str:
     return call_id if len(call_id) <= 8 else call_id[-4:]
 
 
-def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
+def turn_blocks(turn: Turn, in_place: bool = False, program: bool = True) -> list[Block]:
     """How a turn is drawn: a role header, then prose, code (fenced or tool output) and calls;
-    only the header, saying where its text is, for a turn that stays text `in_place`."""
+    only the header, saying where its text is, for a turn that stays text `in_place`. With
+    `program` (code laid out as a program: `RenderConfig.code_layout`), a call's multi-line
+    arguments are drawn as their lines (`arguments`); without, as the call sent them."""
     role = "tool result" if turn.role == "tool" else turn.role
     head = f"#{turn.id} {role.upper()}" if turn.id is not None else role.upper()
     if turn.name:
@@ -51,5 +55,42 @@ def turn_blocks(turn: Turn, in_place: bool = False) -> list[Block]:
             blocks.append(Block(text[pos:].strip("\n"), "text"))
     for call in turn.tool_calls:
         # The id first: after the arguments a wrap could part "[" from the rest of it.
-        blocks.append(Block(f"call [{short_id(call.id)}] {call.function.name}({call.function.arguments})", "code"))
+        args = arguments(call.function.arguments) if program else call.function.arguments
+        blocks.append(Block(f"call [{short_id(call.id)}] {call.function.name}({args})", "code"))
     return blocks
+
+
+def arguments(text: str) -> str:
+    """A call's arguments as a page draws them: as sent, but where a top-level string holds
+    several lines (the code of an edit, a file written, a script), that string is drawn as its
+    lines between triple quotes, as Python writes a long string, and the item after it starts a
+    line of its own. Escaped in JSON, an edit's code is one run of `\\n`s with no line and no
+    indentation left; drawn as lines it keeps its shape. The other values are JSON as the call
+    wrote them; the transcript keeps the exact bytes."""
+    if "\\n" not in text:
+        return text
+    try:
+        args = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(args, dict) or not any(_quote(v) for v in args.values()):
+        return text
+    out, after_lines = "{", False
+    for i, (k, v) in enumerate(args.items()):
+        quote = _quote(v)
+        if i:
+            out += ",\n" if quote or after_lines else ", "
+        value = f"{quote}\n{v}{quote}" if quote else json.dumps(v, ensure_ascii=False)
+        out += f"{json.dumps(k, ensure_ascii=False)}: {value}"
+        after_lines = bool(quote)
+    return out + "}"
+
+
+def _quote(value: object) -> str | None:
+    """The triple quote a string value is drawn as its lines between: three double quotes, or
+    three single ones where it holds those (a Python docstring); None where it is drawn as JSON:
+    no line break, both in it (either would end it early), or a carriage return (which would
+    fold two lines into one). Tabs are drawn as a tool result's are, as indentation."""
+    if not isinstance(value, str) or "\n" not in value or "\r" in value:
+        return None
+    return next((q for q in (TRIPLE, "'''") if q not in value), None)

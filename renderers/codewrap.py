@@ -18,6 +18,10 @@ from collections.abc import Callable, Sequence
 
 # Identifiers, numbers, dotted names and paths: runs a wrap never splits while they fit a column.
 ATOM = re.compile(r"[\w$@~]+(?:(?:[./\\\-]+|://)[\w$@~]+)*")
+# What a wrap never splits but is no atom: a triple quote (a call's argument drawn as its lines
+# opens and closes with one: `blocks.arguments`).
+TRIPLE = '"""'
+_UNIT = re.compile(ATOM.pattern + "|" + TRIPLE + "|'''")
 _GUTTER = re.compile(r" *(\d{1,7})(?:\u2192|\t)")
 # Not the Read tool's `→`: at TINY neither Tesseract nor the reflex reader reads that thin arrow
 # as anything but `-` or `=` (never once in 2,974 on Claude Code's pages), and it cost more
@@ -46,10 +50,11 @@ def hang_of(line: str, columns: int, listing: bool = False) -> int:
 
 
 def units(text: str) -> list[str]:
-    """`text` as the pieces a wrap may not split: atoms, and every other character alone."""
+    """`text` as the pieces a wrap may not split: atoms, triple quotes, and every other character
+    alone."""
     out: list[str] = []
     pos = 0
-    for m in ATOM.finditer(text):
+    for m in _UNIT.finditer(text):
         out.extend(text[pos : m.start()])
         out.append(m.group())
         pos = m.end()

@@ -4,16 +4,19 @@ and the measure of what a layout keeps of a program's shape (`eval/structure.py`
 
 from __future__ import annotations
 
+import json
 import re
 
 from conftest import needs_tesseract
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optictx.eval.structure import block_structure
+from optictx.blocks import arguments, turn_blocks
+from optictx.eval.structure import block_structure, structure
 from optictx.renderers import Block, Layout, RenderConfig, draw_page
 from optictx.renderers.codewrap import HANG, compact_indent, gutter, wrap
 from optictx.renderers.draw import MARK_GREY
+from optictx.turns import Turn
 
 WORD = st.from_regex(r"[a-z_][a-z0-9_]{0,11}|[0-9]{1,6}|[a-z]{1,5}(/[a-z]{1,5}){1,2}\.py", fullmatch=True)
 PUNCT = st.sampled_from(["(", ")", ", ", " = ", ".", "[", "]", ": ", " + ", '"', "{", "}", " "])
@@ -119,3 +122,47 @@ def test_the_measure_sees_identifiers_cut_and_indentation_lost_where_characters_
     assert chars["atoms_unbroken"] < 95 and chars["indent_kept"] < 60  # the program is gone
     assert program["atoms_unbroken"] == 100 and program["indent_kept"] == 100
     assert chars["indented_lines"] == program["indented_lines"] == 8  # every line of the body
+
+
+def _edit(old: str, new: str, **more) -> Turn:
+    args = {"file_path": "/app/export.py", "old_string": old, "new_string": new, **more}
+    return Turn(role="assistant", content=None, id=5,
+                tool_calls=[{"id": "toolu_01", "function": {"name": "Edit", "arguments": json.dumps(args)}}])
+
+
+def test_an_edit_s_code_is_drawn_as_its_lines_and_keeps_its_indentation():
+    """Escaped in JSON, the code an edit takes out and puts in is one run of `\\n`s: no line and
+    no indentation is left of it. Drawn as a program, each of its lines is a line of the call,
+    between triple quotes (three single quotes where the code holds a docstring), and the
+    measure sees every indented line kept; the oracle is the call's own JSON."""
+    new = PROGRAM.replace("0.69", "0.7")
+    turn = _edit(PROGRAM, new, replace_all=False)
+    call = turn_blocks(turn)[-1].text
+    assert call.startswith('call [toolu_01] Edit({"file_path": "/app/export.py",\n')
+    assert f"'''\n{PROGRAM}'''" in call and f"'''\n{new}'''" in call and call.endswith(',\n"replace_all": false})')
+    layout = Layout(RenderConfig(columns=4, compact_indent=False))
+    drawn = structure([turn], layout).report()
+    program_lines = sum(1 for line in PROGRAM.split("\n") if line.strip())
+    assert drawn["call_lines"] == 2 * program_lines and drawn["call_lines_drawn"] == 100
+    assert drawn["indented_lines"] >= 2 * 8 and drawn["indent_kept"] == 100
+    as_sent = structure([turn], Layout(RenderConfig(columns=4, compact_indent=False, code_layout="chars"))).report()
+    assert as_sent["call_lines_drawn"] == 0 and as_sent["indented_lines"] == 0  # the program is gone
+    assert '"old_string": "def export_total(' in turn_blocks(turn, program=False)[-1].text
+
+
+@given(values=st.lists(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40), max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_a_call_s_arguments_lose_nothing_on_the_page(values):
+    """Whatever the strings: each drawn between triple quotes exactly as it is, or as JSON; the
+    arguments as sent where nothing holds a line break or they are not a JSON object."""
+    args = {f"k{i}": v for i, v in enumerate(values)}
+    text = json.dumps(args)
+    drawn = arguments(text)
+    if not any("\n" in v for v in values):
+        assert drawn == text
+        return
+    for v in args.values():
+        assert f'"""\n{v}"""' in drawn or f"'''\n{v}'''" in drawn or json.dumps(v, ensure_ascii=False) in drawn
+        if "\n" in v and "\r" not in v and not ('"""' in v and "'''" in v):
+            assert json.dumps(v, ensure_ascii=False) not in drawn  # drawn as its lines
+    assert arguments('["a\\nb"]') == '["a\\nb"]' and arguments('{"a": "x\\n') == '{"a": "x\\n'

@@ -8,11 +8,15 @@ Over the code and tool output of some turns (the blocks `blocks.turn_blocks` dra
   than a column that are drawn whole on one line;
 - `indent_kept`: the share of indented source lines whose every drawn line (continuations
   included) starts at least as far in as the source line's indentation;
-- `wrapped`: the share of source lines drawn on more than one line.
+- `wrapped`: the share of source lines drawn on more than one line;
+- `call_lines_drawn`: the share of the lines a call's multi-line string arguments hold (the code
+  of an edit, a file written, a script: the oracle is the call's own JSON) drawn as lines of
+  their own, where the indentation above can be kept; escaped in JSON, none is.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from ..renderers.codewrap import ATOM, HANG, gutter_width, hang_of, indent_of
 from ..renderers.layout import is_rule
 from ..turns import Turn
 
+_CLOSED = re.compile(r"(?:\"\"\"|''')(?:,|\}\))$")  # a string argument's last line, its quote closed after it
 _GUTTER = re.compile(r"^ *\d{1,7}(?:\u2192|\t| {1,4})")  # a line-number gutter as a client writes it
 
 
@@ -34,6 +39,8 @@ class Structure:
     indent_kept: int = 0
     lines: int = 0
     wrapped: int = 0
+    call_lines: int = 0
+    call_lines_drawn: int = 0
 
     def add(self, other: Structure) -> None:
         for k, v in vars(other).items():
@@ -44,8 +51,9 @@ class Structure:
             return round(100 * a / b, 2) if b else 100.0
         return {"atoms_unbroken": share(self.atoms_whole, self.atoms),
                 "indent_kept": share(self.indent_kept, self.indented),
-                "wrapped": share(self.wrapped, self.lines), "atoms": self.atoms, "indented_lines": self.indented,
-                "code_lines": self.lines}
+                "wrapped": share(self.wrapped, self.lines),
+                "call_lines_drawn": share(self.call_lines_drawn, self.call_lines), "atoms": self.atoms,
+                "indented_lines": self.indented, "code_lines": self.lines, "call_lines": self.call_lines}
 
 
 def _groups(lines: list[Line], paras: list[str]) -> Iterable[tuple[str, list[str]]]:
@@ -108,7 +116,24 @@ def structure(turns: Iterable[Turn], layout: Layout) -> Structure:
     """The shape kept of every code block of `turns`."""
     out = Structure()
     for turn in turns:
-        for block in turn_blocks(turn):
+        blocks = turn_blocks(turn, program=layout.config.code_layout == "program")
+        for block in blocks:
             if block.style == "code":
                 out.add(block_structure(block, layout))
+        for call, block in zip(turn.tool_calls, blocks[len(blocks) - len(turn.tool_calls):]):
+            drawn = {_CLOSED.sub("", para).strip() for para in layout.source(block)}
+            for line in _argument_lines(call.function.arguments):
+                out.call_lines += 1
+                out.call_lines_drawn += line.expandtabs(layout.config.tab_width).strip() in drawn
     return out
+
+
+def _argument_lines(arguments: str) -> list[str]:
+    """The non-blank lines of a call's top-level string arguments that hold more than one."""
+    try:
+        args = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(args, dict):
+        return []
+    return [line for v in args.values() if isinstance(v, str) and "\n" in v for line in v.split("\n") if line.strip()]
