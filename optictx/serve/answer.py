@@ -82,12 +82,18 @@ def misread_json(found: Sequence[Misread]) -> str | None:
     return json.dumps([{"said": f.said, "likely": f.likely, "page": f.page} for f in found[:MAX_KEPT]])
 
 
+def header_value(text: str) -> str:
+    """`text` as an HTTP header's value can carry it: ASCII, anything else escaped (a reason that
+    quotes a request's text, a model's name, may hold any character)."""
+    return text.encode("ascii", "backslashreplace").decode()
+
+
 def misread_header(found: Sequence[Misread]) -> str:
     """`X-Optictx-Misread`: how many, then each as SAID=LIKELY@PAGE (ASCII, escaped), in at most
     1000 characters."""
     out = str(len(found))
     for f in found:
-        item = f"{f.said}={f.likely}@{f.page or '-'}".encode("ascii", "backslashreplace").decode()
+        item = header_value(f"{f.said}={f.likely}@{f.page or '-'}")
         if len(out) + len(item) + 2 > 1000:
             break
         out += (" " if out.isdigit() else "; ") + item
