@@ -1,9 +1,5 @@
-import random
 import re
 import secrets
-import string
-
-from conftest import needs_tesseract
 
 from optictx import Turn
 from optictx.blocks import turn_blocks
@@ -117,29 +113,3 @@ def test_a_long_call_id_is_drawn_as_the_same_four_digits_on_the_call_and_on_its_
         tags.append(head.group(1))
     assert len(set(tags)) >= 285  # 300 ids in 10,000 tags: a few collide by chance, never most
     assert turn_blocks(_call_and_result("call_7", 0)[1])[0].text == "#1 TOOL RESULT [call_7]"  # short: as it is
-
-
-@needs_tesseract
-def test_the_tags_that_pair_calls_and_results_are_read_back_at_tiny():
-    """Both readers read a result's tag in its header's bold type on Claude's pages at TINY (of
-    the id's own last four characters drawn instead, Tesseract read 62 and the reflex reader 27
-    of this page's 127)."""
-    from optictx import Memory, Tier
-    from optictx.models import ReflexReader
-    from optictx.readers import TesseractReader
-
-    mem = Memory(vision="anthropic", budget=200_000, keep_recent=0)
-    rng = random.Random(5)
-    for k in range(400):
-        call_id = "toolu_01" + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(22))
-        for turn in _call_and_result(call_id, k):
-            mem.add(turn.model_dump(exclude={"id"}, exclude_none=True))
-    page = next(p for p in mem.pages if p.sealed)
-    heads = [i for i, line in enumerate(page.lines) if " TOOL RESULT [" in line.text]
-    assert len(heads) >= 60
-    image, boxes = mem.images.at(page, Tier.TINY), mem.images.boxes(page, Tier.TINY)
-    for reader in (TesseractReader(line_boxes=True), ReflexReader()):
-        read = reader.read(image, boxes).split("\n")
-        tags = [re.search(r"\[(\d{4})\]", page.lines[i].text).group(1) for i in heads]
-        exact = sum(1 for i, tag in zip(heads, tags) if tag in read[i].replace(" ", ""))  # the digits pair them
-        assert exact >= 0.95 * len(heads), (type(reader).__name__, exact, len(heads))
