@@ -26,7 +26,7 @@ def short_id(call_id: str) -> str:
     keeps the whole id. Digits, not the id's own last characters: in a header's bold type at TINY
     both readers confused `B`/`8`, `S`/`5`, `C`/`c` and `O`/`0` in those (43% of what the reflex
     reader lost on Claude Code's pages), and read the turn numbers beside them almost without
-    fault (BENCHMARKS.md, "A call's id")."""
+    fault (BENCHMARKS.md, "Calls' code drawn as lines, and calls paired by four digits")."""
     if len(call_id) <= 8:
         return call_id
     return f"{int(hashlib.sha256(call_id.encode()).hexdigest()[:8], 16) % 10_000:04d}"
@@ -71,8 +71,8 @@ def arguments(text: str) -> str:
     several lines (the code of an edit, a file written, a script), that string is drawn as its
     lines between triple quotes, as Python writes a long string, and the item after it starts a
     line of its own. Escaped in JSON, an edit's code is one run of `\\n`s with no line and no
-    indentation left; drawn as lines it keeps its shape. The other values are JSON as the call
-    wrote them; the transcript keeps the exact bytes."""
+    indentation left; drawn as lines it keeps its shape. The other values are drawn as JSON
+    (written again: `1e5` is drawn `100000.0`); the transcript keeps the exact bytes."""
     if "\\n" not in text:
         return text
     try:
@@ -94,9 +94,10 @@ def arguments(text: str) -> str:
 
 def _quote(value: object) -> str | None:
     """The triple quote a string value is drawn as its lines between: three double quotes, or
-    three single ones where it holds those (a Python docstring); None where it is drawn as JSON:
-    no line break, both in it (either would end it early), or a carriage return (which would
-    fold two lines into one). Tabs are drawn as a tool result's are, as indentation."""
+    three single ones where it holds those (a Python docstring) or ends with one; None where it
+    is drawn as JSON: no line break, neither quote possible (either would end it early, or run
+    into its last character), or a carriage return (which would fold two lines into one). Tabs
+    are drawn as a tool result's are, as indentation."""
     if not isinstance(value, str) or "\n" not in value or "\r" in value:
         return None
-    return next((q for q in (TRIPLE, "'''") if q not in value), None)
+    return next((q for q in (TRIPLE, "'''") if q not in value and not value.endswith(q[0])), None)

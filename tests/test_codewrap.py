@@ -153,8 +153,9 @@ def test_an_edit_s_code_is_drawn_as_its_lines_and_keeps_its_indentation():
 @given(values=st.lists(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40), max_size=4))
 @settings(max_examples=200, deadline=None)
 def test_a_call_s_arguments_lose_nothing_on_the_page(values):
-    """Whatever the strings: each drawn between triple quotes exactly as it is, or as JSON; the
-    arguments as sent where nothing holds a line break or they are not a JSON object."""
+    """Whatever the strings: each drawn between triple quotes exactly as it is (never a quote
+    that it holds or ends with), or as JSON; the arguments as sent where nothing holds a line
+    break or they are not a JSON object."""
     args = {f"k{i}": v for i, v in enumerate(values)}
     text = json.dumps(args)
     drawn = arguments(text)
@@ -162,7 +163,10 @@ def test_a_call_s_arguments_lose_nothing_on_the_page(values):
         assert drawn == text
         return
     for v in args.values():
-        assert f'"""\n{v}"""' in drawn or f"'''\n{v}'''" in drawn or json.dumps(v, ensure_ascii=False) in drawn
-        if "\n" in v and "\r" not in v and not ('"""' in v and "'''" in v):
+        quoted = [q for q in ('"""', "'''") if f"{q}\n{v}{q}" in drawn]
+        assert quoted or json.dumps(v, ensure_ascii=False) in drawn
+        assert all(q not in v and not v.endswith(q[0]) for q in quoted)  # the quote ends it, not its text
+        quotable = any(q not in v and not v.endswith(q[0]) for q in ('"""', "'''"))
+        if "\n" in v and "\r" not in v and quotable:
             assert json.dumps(v, ensure_ascii=False) not in drawn  # drawn as its lines
     assert arguments('["a\\nb"]') == '["a\\nb"]' and arguments('{"a": "x\\n') == '{"a": "x\\n'
