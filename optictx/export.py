@@ -35,21 +35,33 @@ _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,(.*)$", re.S)
 Image = Callable[[PageSegment], str]
 
 
-def _data_url(page: PageSegment, image: Image | None) -> str:
-    return f"data:{MEDIA_TYPE};base64,{(image or PageSegment.image_base64)(page)}"
+def _data(page: PageSegment, image: Image | None) -> str:
+    return (image or PageSegment.image_base64)(page)
+
+
+def _chat_page(data: str, detail: str | None) -> dict[str, Any]:
+    image_url: dict[str, Any] = {"url": f"data:{MEDIA_TYPE};base64,{data}"}
+    if detail:
+        image_url["detail"] = detail
+    return {"type": "image_url", "image_url": image_url}
+
+
+def _responses_page(data: str, detail: str | None) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": f"data:{MEDIA_TYPE};base64,{data}", "detail": detail or "auto"}
+
+
+def _anthropic_page(data: str, detail: str | None = None) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
+
+
+# A page's image part in each API, from its base64 text and the consumer's `CostModel.image_detail`
+# (the proxy's instruction pages are written the same way: `serve/instructions.py`).
+PAGE_PARTS: dict[str, Callable[[str, str | None], dict[str, Any]]] = {
+    "openai": _chat_page, "responses": _responses_page, "anthropic": _anthropic_page}
 
 
 def _openai_parts(middle: list[PageSegment | str], detail: str | None, image: Image | None) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for p in middle:
-        if isinstance(p, str):
-            parts.append({"type": "text", "text": p})
-        else:
-            image_url: dict[str, Any] = {"url": _data_url(p, image)}
-            if detail:
-                image_url["detail"] = detail
-            parts.append({"type": "image_url", "image_url": image_url})
-    return parts
+    return [{"type": "text", "text": p} if isinstance(p, str) else _chat_page(_data(p, image), detail) for p in middle]
 
 
 _TURNS = ("system", "pinned", "inline", "recent")
@@ -118,15 +130,14 @@ def to_responses(ctx: Prompt, items: Items | None = None, *, image: Image | None
     turns as one user message of input_text and input_image parts (`image`: as in `to_openai`).
     The API caches a repeated prefix by itself: there is nothing to mark."""
     write = items or response_items
-    detail = ctx.vision.image_detail or "auto"
+    detail = ctx.vision.image_detail
     out: list[dict[str, Any]] = []
     for item in _sequence(ctx)[0]:
         if isinstance(item, Turn):
             out.extend(write(item))
         else:
             out.append({"role": "user", "content": [
-                {"type": "input_text", "text": p} if isinstance(p, str) else
-                {"type": "input_image", "image_url": _data_url(p, image), "detail": detail}
+                {"type": "input_text", "text": p} if isinstance(p, str) else _responses_page(_data(p, image), detail)
                 for p in item]})
     return out
 
@@ -169,9 +180,6 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
     return _text_block(f"[{part['type']} not forwarded]")
 
 
-def _page_block(page: PageSegment, image: Image | None) -> dict[str, Any]:
-    data = (image or PageSegment.image_base64)(page)
-    return {"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -264,7 +272,7 @@ def to_anthropic(ctx: Prompt, message: Message | None = None, *, cache: bool = F
                 m = {**m, "content": _marked(_blocks(m["content"]))}
             messages.append(m)
         else:
-            blocks = [_text_block(p) if isinstance(p, str) else _page_block(p, image) for p in item]
+            blocks = [_text_block(p) if isinstance(p, str) else _anthropic_page(_data(p, image)) for p in item]
             if cache:
                 blocks = [{**b, "cache_control": MARK} if (n, j) in marks else b for j, b in enumerate(blocks)]
             messages.append({"role": "user", "content": blocks})

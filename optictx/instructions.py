@@ -22,18 +22,18 @@ from PIL import Image
 
 from .cost import PROFILES
 from .errors import ConfigError
-from .images import MEDIA_TYPE, encoded
+from .images import encoded
 from .renderers import Block, Columns, Layout, Line, RenderConfig, draw_page, keep_with, line_boxes
 from .tiers import Tier, greys
 
-__all__ = ["MEDIA_TYPE", "Drawn", "draw", "geometry"]
+__all__ = ["Drawn", "draw", "geometry"]
 
 SHARPER = 2  # the master's side over the image's: history's TINY pages are drawn at 2.5x (1280 -> 512)
 
 
 @dataclass(frozen=True)
 class Drawn:
-    """Instructions on pages for one consumer (`vision`): each page's image (MEDIA_TYPE, base64),
+    """Instructions on pages for one consumer (`vision`): each page's image (`images.MEDIA_TYPE`, base64),
     the size it is sent at, and its lines as laid out (`Line.text`: what a reader should read)."""
 
     vision: str

@@ -19,7 +19,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..cost import get_cost_model
-from ..instructions import MEDIA_TYPE, Drawn, draw
+from ..export import PAGE_PARTS
+from ..instructions import Drawn, draw
 from ..native import IMAGE_PARTS, images_cost
 from ..tokens import get_tokenizer
 from ..tools import ABOUT
@@ -38,18 +39,6 @@ HEAD = "[The {n} images below hold this session's instructions and tool descript
 STUB = 'Described in full under "TOOL {name}" on the images that open the conversation.'
 
 
-def _anthropic_page(data: str, detail: str | None) -> dict[str, Any]:
-    return {"type": "image", "source": {"type": "base64", "media_type": MEDIA_TYPE, "data": data}}
-
-
-def _chat_page(data: str, detail: str | None) -> dict[str, Any]:
-    return {"type": "image_url", "image_url": {"url": f"data:{MEDIA_TYPE};base64,{data}"}}
-
-
-def _responses_page(data: str, detail: str | None) -> dict[str, Any]:  # as `export.to_responses` sends pages
-    return {"type": "input_image", "image_url": f"data:{MEDIA_TYPE};base64,{data}", "detail": detail or "auto"}
-
-
 @dataclass(frozen=True)
 class _Api:
     """What differs between the APIs here: the list's field, a text part's type, the field that
@@ -64,9 +53,9 @@ class _Api:
     page: Callable[[str, str | None], dict[str, Any]]
 
 
-_APIS = {"anthropic": _Api("messages", "text", "system", "custom", False, _anthropic_page),
-         "openai": _Api("messages", "text", None, "function", True, _chat_page),
-         "responses": _Api("input", "input_text", "instructions", "function", False, _responses_page)}
+_APIS = {"anthropic": _Api("messages", "text", "system", "custom", False, PAGE_PARTS["anthropic"]),
+         "openai": _Api("messages", "text", None, "function", True, PAGE_PARTS["openai"]),
+         "responses": _Api("input", "input_text", "instructions", "function", False, PAGE_PARTS["responses"])}
 
 
 @dataclass
