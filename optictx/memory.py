@@ -14,6 +14,7 @@ from .budget import Budget
 from .context import Context
 from .cost import CostModel, get_cost_model
 from .gate import LegibilityGate
+from .handles import new_key
 from .images import PageImages
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
 from .policy import Policy, PolicyFields
@@ -21,7 +22,7 @@ from .recall import Found, Recalled, recall_in, search_in
 from .renderers import Layout, RenderConfig
 from .report import memory_stats
 from .resident import Resident
-from .settings import as_budget, as_render, check_int, reopened, stored_key, to_meta
+from .settings import as_budget, as_render, check_int, checked_key, reopened, stored_key, to_meta
 from .store import MemoryStore, Store, open_store
 from .tokens import get_tokenizer
 from .tools import Tools
@@ -36,7 +37,7 @@ def _opened(store: str | Path | Store | None, memory: Memory) -> tuple[Store, st
     key (`handles.py`): the one its store keeps, else the one given, else a new one."""
     given = memory.key
     if store is None:
-        return MemoryStore(), stored_key({}, "memory", given)  # the key given, checked, or a new one
+        return MemoryStore(), checked_key(given) or new_key()
     s = open_store(store) if isinstance(store, (str, Path)) else store
     try:
         memory.key = stored_key(s.settings(), getattr(s, "where", store), given)

@@ -32,8 +32,7 @@ def stored_key(meta: Any, path: Any, given: str | None = None) -> str:
     that is not one is damaged settings, and a key given that is not the stored one is refused
     (either would change its pages' handles)."""
     key = meta.get("key") if isinstance(meta, dict) else None
-    if given is not None and not _is_key(given):
-        raise ConfigError(f"key={short(given)}: 32 hex digits (handles.new_key() makes one)")
+    checked_key(given)
     if key is None:
         return given or new_key()
     if not _is_key(key):
@@ -41,6 +40,13 @@ def stored_key(meta: Any, path: Any, given: str | None = None) -> str:
     if given is not None and given != key:
         raise ConfigError(f"key=...: {path} keeps another key, and its pages keep their handles; give none")
     return key
+
+
+def checked_key(given: Any) -> str | None:
+    """`given`, a memory key or None; ConfigError naming `key` when it is not one."""
+    if given is not None and not _is_key(given):
+        raise ConfigError(f"key={short(given)}: 32 hex digits (handles.new_key() makes one)")
+    return given
 
 
 def _is_key(value: Any) -> bool:
