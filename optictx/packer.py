@@ -136,7 +136,7 @@ class _Lines:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        blocks = turn_blocks(turn, key in self.in_place, self.layout.config.code_layout == "program")
+        blocks = turn_blocks(turn, key in self.in_place, self.layout.config.program)
         out = tuple(Entry(key, ln, n) for b in blocks for ln, n in self._counted(self.layout.lines(b)))
         if key >= 0:
             self._cache[key] = out

@@ -76,6 +76,11 @@ class RenderConfig(BaseModel):
     tokens_per_page: int = Field(1100, ge=16, le=100_000, description="text tokens a page holds at most")
 
     @property
+    def program(self) -> bool:
+        """Whether code is laid out as a program (`code_layout`), calls' code included."""
+        return self.code_layout == "program"
+
+    @property
     def line_height(self) -> int:
         return round(self.font_size * self.line_spacing)
 

@@ -238,7 +238,7 @@ class Layout:
 
     def _source(self, block: Block) -> tuple[list[str], bool]:
         cfg = self.config
-        if block.style != "code" or cfg.code_layout != "program":
+        if block.style != "code" or not cfg.program:
             return paragraphs(block.text, cfg.tab_width), False
         listing = codewrap.gutter(_source_lines(block.text), cfg.tab_width)
         paras = paragraphs("\n".join(listing) if listing is not None else block.text, cfg.tab_width)
@@ -256,7 +256,7 @@ class Layout:
         if block.style == "code" and cfg.compact_json and (items := json_items(block.text)) is not None:
             shown = [displayable(i, m.chain) for i in items]
             return [Line(t, "code", cfg.line_height) for t in wrap_items(shown, m, max_w)]
-        program = block.style == "code" and cfg.code_layout == "program"
+        program = block.style == "code" and cfg.program
         paras, listing = self._source(block)
         half = cfg.line_height // 2
         out: list[Line] = []

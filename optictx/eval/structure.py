@@ -116,7 +116,7 @@ def structure(turns: Iterable[Turn], layout: Layout) -> Structure:
     """The shape kept of every code block of `turns`."""
     out = Structure()
     for turn in turns:
-        blocks = turn_blocks(turn, program=layout.config.code_layout == "program")
+        blocks = turn_blocks(turn, program=layout.config.program)
         for block in blocks:
             if block.style == "code":
                 out.add(block_structure(block, layout))
