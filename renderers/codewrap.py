@@ -6,6 +6,9 @@ alone (no parser per language):
 - its continuations are indented under it, two columns past its own indentation, and marked
   (`Line.style` "wrap": the renderer draws a hook where each starts), so structure that hangs on
   indentation survives a wrap;
+- a run of one rule character (a table's `|------|`, a `//------` bar) is shortened, every run
+  of the line to one length and no shorter than `MIN_RUN`, where the line would wrap: a wrapped
+  run is lines of dashes, and a table too wide for its column has lost its alignment anyway;
 - the Read tool's line-number gutter (Claude Code's `   225→`, and `225<TAB>`) is drawn compact:
   each number padded to the block's widest, then `:` (as `grep -n` writes it), then the line as
   it was.
@@ -28,6 +31,11 @@ _GUTTER = re.compile(r" *(\d{1,7})(?:\u2192|\t)")
 # characters than anything else drawn (BENCHMARKS.md, "The gutter's mark").
 GUTTER_MARK = ":"
 _DRAWN_GUTTER = re.compile(r" *\d{1,7}" + GUTTER_MARK)
+# Runs of eight or more of one rule character: decoration no reader counts at a glance (a
+# source line that is nothing else is drawn as a rule: `layout.is_rule`).
+RULE_CHARS = "-=_~*#\u2500\u2501\u2550"
+_RUN = re.compile(f"([{re.escape(RULE_CHARS)}])\\1{{7,}}")
+MIN_RUN = 3  # a Markdown table's separator needs three
 HANG = 2  # columns a continuation is indented past its line's own indentation
 
 Width = Callable[[str], float]
@@ -90,6 +98,24 @@ def gutter_width(line: str, listing: bool) -> int:
     """The width of a line's compact gutter (`225:`) in a numbered `listing`; 0 elsewhere."""
     m = _DRAWN_GUTTER.match(line) if listing else None
     return m.end() if m else 0
+
+
+def fit_runs(line: str, width: Width, max_w: float) -> str:
+    """`line` as drawn: as it is where it fits `max_w` or holds no run of eight or more of one
+    rule character; else with every such run cut to the longest length, at least `MIN_RUN`, at
+    which the line fits (or to `MIN_RUN`, and the line wraps). What a page draws is its text: the
+    transcript keeps the runs."""
+    if width(line) <= max_w or _RUN.search(line) is None:
+        return line
+
+    def capped(n: int) -> str:
+        return _RUN.sub(lambda m: m.group()[0] * min(n, len(m.group())), line)
+
+    lo, hi = MIN_RUN, max(len(m.group()) for m in _RUN.finditer(line))
+    while lo < hi:  # the longest cap that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if width(capped(mid)) <= max_w else (lo, mid - 1)
+    return capped(lo)
 
 
 def _chars(piece: str, width: Width, first: float, rest: float) -> list[str]:

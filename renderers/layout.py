@@ -23,7 +23,7 @@ ELLIPSIS = "\u2026"
 # rule across the column, half a line high, and its text on the page is RULE (the run's exact
 # length stays in the transcript).
 RULE = "\u2500" * 4
-_RULE_LINE = re.compile(r" *([-=_~*#\u2500\u2501\u2550])\1{7,} *")
+_RULE_LINE = re.compile(f" *([{re.escape(codewrap.RULE_CHARS)}])\\1{{7,}} *")
 
 
 def is_rule(line: str) -> bool:
@@ -265,12 +265,16 @@ class Layout:
                 out.append(Line("", block.style, half))
             elif is_rule(para):
                 out.append(Line(RULE, "rule", half))
-            elif program:
-                out.extend(Line(t, "wrap" if more else "code", cfg.line_height)
-                           for t, more in codewrap.wrap(displayable(para, m.chain), m.width, max_w, listing))
             else:
-                wrap = wrap_code if block.style == "code" else wrap_prose
-                out.extend(Line(t, block.style, cfg.line_height) for t in wrap(displayable(para, m.chain), m, max_w))
+                shown = displayable(para, m.chain)
+                if cfg.program and block.style in ("code", "text"):  # runs give way before a wrap
+                    shown = codewrap.fit_runs(shown, m.width, max_w)
+                if program:
+                    out.extend(Line(t, "wrap" if more else "code", cfg.line_height)
+                               for t, more in codewrap.wrap(shown, m.width, max_w, listing))
+                else:
+                    wrap = wrap_code if block.style == "code" else wrap_prose
+                    out.extend(Line(t, block.style, cfg.line_height) for t in wrap(shown, m, max_w))
         return out
 
     @staticmethod

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from optictx.blocks import arguments, turn_blocks
 from optictx.eval.structure import block_structure, structure
 from optictx.renderers import Block, Layout, RenderConfig, draw_page
-from optictx.renderers.codewrap import HANG, compact_indent, gutter, wrap
+from optictx.renderers.codewrap import HANG, MIN_RUN, compact_indent, fit_runs, gutter, wrap
 from optictx.renderers.draw import MARK_GREY
 from optictx.turns import Turn
 
@@ -73,6 +73,56 @@ def test_a_listing_s_line_numbers_are_read_back_with_their_mark_at_tiny():
         read = reader.read(image, boxes).split("\n")
         marked = sum(1 for got in read if re.match(r"\d{3}:", got.replace(" ", "")))
         assert marked >= 36, (type(reader).__name__, marked, read[:12])
+
+
+RUN_LINE = st.builds(lambda parts: "".join(parts), st.lists(st.one_of(
+    WORD, PUNCT, st.sampled_from(["|", "//", "+", " "]),
+    st.builds(lambda ch, n: ch * n, st.sampled_from("-=*#_~"), st.integers(1, 300))), min_size=1, max_size=12))
+
+
+def _runs(text: str) -> list[tuple[str, int]]:
+    """Each run of one character: that character and how long the run is."""
+    return [(m.group()[0], len(m.group())) for m in re.finditer(r"(.)\1*", text, re.S)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=RUN_LINE, width=st.integers(16, 60))
+def test_a_line_too_wide_for_its_column_draws_its_rules_shorter_and_nothing_else(line, width):
+    """The oracle is the line: the same runs of the same characters in the same order, each no
+    longer than it was, shortened only where eight or more of one rule character ran and the line
+    did not fit, all to one length and at least MIN_RUN; as it was where it fit."""
+    shown = fit_runs(line, CHAR, width)
+    if len(line) <= width:
+        assert shown == line
+        return
+    before, after = _runs(line), _runs(shown)
+    assert [ch for ch, _ in before] == [ch for ch, _ in after]
+    cut = set()
+    for (ch, n), (_, m) in zip(before, after):
+        assert m == n or (n >= 8 and ch in "-=*#_~" and MIN_RUN <= m < n), (ch, n, m)
+        if m < n:
+            cut.add(m)
+    assert len(cut) <= 1  # every run cut is cut to one length
+    assert bool(cut) == bool(re.search(r"([-=*#_~])\1{7,}", line))  # too wide: its runs give way
+    if cut:  # as long as fits: one more would not fit
+        assert len(shown) <= width or cut == {MIN_RUN}
+        n = cut.pop()
+        wider = re.sub(r"([-=*#_~])\1{7,}", lambda m: m.group()[0] * min(n + 1, len(m.group())), line)
+        assert len(wider) > width or n == MIN_RUN
+
+
+def test_a_table_too_wide_for_its_column_keeps_its_cells_and_a_bar_does_not_wrap():
+    layout = Layout(RenderConfig(columns=4))
+    table = "| name | kind |\n|" + "-" * 300 + "|" + "-" * 40 + "|\n  //" + "-" * 120
+    lines = layout.lines(Block(table, "code"))
+    assert [ln.style for ln in lines] == ["code"] * 3  # a wrapped run was 300 dashes in eight lines
+    assert lines[1].text.count("|") == 3 and lines[2].text.startswith("  //---")
+    cells = lines[1].text.strip("|").split("|")
+    assert len(set(cells)) == 1 and MIN_RUN <= len(cells[0]) < 40  # both cut to one length
+    prose = layout.lines(Block("| a | b |\n|" + "-" * 300 + "|---|", "text"))
+    assert len(prose) == 2 and prose[1].text.count("|") == 3
+    old = Layout(RenderConfig(columns=4, code_layout="chars")).lines(Block(table, "code"))
+    assert "".join(ln.text for ln in old).count("-") == 460  # the old pages draw every one
 
 
 def test_four_space_indentation_is_halved_on_every_line_and_two_space_left_alone():
