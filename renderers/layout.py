@@ -245,6 +245,16 @@ class Layout:
         numbered = listing is not None
         return (codewrap.compact_indent(paras, numbered) if cfg.compact_indent else paras), numbered
 
+    def shown(self, para: str, style: Style) -> str:
+        """A source line of a block in `style` as it is drawn before it wraps: what cannot be drawn
+        shown as `displayable` makes it, and, where code is laid out as a program, its runs of rule
+        characters shorter where it would wrap (`codewrap.fit_runs`)."""
+        m = self._m[style]
+        shown = displayable(para, m.chain)
+        if self.config.program and style in ("code", "text"):
+            shown = codewrap.fit_runs(shown, m.width, self.config.text_width)
+        return shown
+
     def lines(self, block: Block) -> list[Line]:
         """The lines of one block, each with its drawn text and height."""
         cfg, m = self.config, self._m[block.style]
@@ -266,9 +276,7 @@ class Layout:
             elif is_rule(para):
                 out.append(Line(RULE, "rule", half))
             else:
-                shown = displayable(para, m.chain)
-                if cfg.program and block.style in ("code", "text"):  # runs give way before a wrap
-                    shown = codewrap.fit_runs(shown, m.width, max_w)
+                shown = self.shown(para, block.style)
                 if program:
                     out.extend(Line(t, "wrap" if more else "code", cfg.line_height)
                                for t, more in codewrap.wrap(shown, m.width, max_w, listing))

@@ -174,6 +174,15 @@ def test_the_measure_sees_identifiers_cut_and_indentation_lost_where_characters_
     assert chars["indented_lines"] == program["indented_lines"] == 8  # every line of the body
 
 
+def test_the_measure_follows_a_block_past_a_rule_drawn_shorter():
+    """A wide separator above the program is drawn shorter (`fit_runs`): the program below it is
+    drawn as before, and the measure still says so (it pairs source and drawn lines by their
+    characters, so it must pair them with the line as drawn)."""
+    layout = Layout(RenderConfig(columns=4, compact_indent=False))
+    report = block_structure(Block("|" + "-" * 200 + "|\n" + PROGRAM, "code"), layout).report()
+    assert report["atoms_unbroken"] == 100 and report["indent_kept"] == 100 and report["indented_lines"] == 8
+
+
 def _edit(old: str, new: str, **more) -> Turn:
     args = {"file_path": "/app/export.py", "old_string": old, "new_string": new, **more}
     return Turn(role="assistant", content=None, id=5,

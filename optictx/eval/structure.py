@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..blocks import turn_blocks
-from ..renderers import Block, Layout, Line, displayable
+from ..renderers import Block, Layout, Line
 from ..renderers.codewrap import ATOM, HANG, gutter_width, hang_of, indent_of
 from ..renderers.layout import is_rule
 from ..turns import Turn
@@ -89,7 +89,7 @@ def block_structure(block: Block, layout: Layout) -> Structure:
     room = layout.config.text_width
     measure = layout.measure("code")
     columns = int(room // (measure(" ") or 1))
-    shown = [displayable(p, layout.chain("code")) for p in layout.source(block)]  # as drawn: controls escaped
+    shown = [layout.shown(p, "code") for p in layout.source(block)]  # as drawn: controls escaped, rules cut
     listing = layout.listing(block)
     for para, drawn in _groups(layout.lines(block), shown):
         if not drawn:
