@@ -105,7 +105,7 @@ def fit_runs(line: str, width: Width, max_w: float) -> str:
     rule character; else with every such run cut to the longest length, at least `MIN_RUN`, at
     which the line fits (or to `MIN_RUN`, and the line wraps). What a page draws is its text: the
     transcript keeps the runs."""
-    if width(line) <= max_w or _RUN.search(line) is None:
+    if _RUN.search(line) is None or width(line) <= max_w:  # the search first: most lines hold no run
         return line
 
     def capped(n: int) -> str:
