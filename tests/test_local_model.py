@@ -184,7 +184,8 @@ def test_each_page_is_encoded_at_most_once_per_tier_over_a_session(sample):
 
     model, tok = tiny_unlimited_ocr()
     optical = OpticalModel(model, tok, window=16)
-    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=3000), keep_recent=2, tokenizer=tok)
+    # A budget with room for the newest page at BASE beside the rest, so pages age through three tiers
+    mem = Memory(vision="unlimited-ocr", budget=Budget(tokens=4000), keep_recent=2, tokenizer=tok)
     seen = set()
     for m in sample[:90]:
         mem.add(m)
