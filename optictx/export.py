@@ -180,8 +180,6 @@ def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
     return _text_block(f"[{part['type']} not forwarded]")
 
 
-
-
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments) if arguments.strip() else {}

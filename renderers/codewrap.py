@@ -33,8 +33,7 @@ GUTTER_MARK = ":"
 _DRAWN_GUTTER = re.compile(r" *\d{1,7}" + GUTTER_MARK)
 # Runs of eight or more of one rule character: decoration no reader counts at a glance (a
 # source line that is nothing else is drawn as a rule: `layout.is_rule`).
-RULE_CHARS = "-=_~*#\u2500\u2501\u2550"
-_RUN = re.compile(f"([{re.escape(RULE_CHARS)}])\\1{{7,}}")
+RUN = re.compile("([-=_~*#\u2500\u2501\u2550])\\1{7,}")
 MIN_RUN = 3  # a Markdown table's separator needs three
 HANG = 2  # columns a continuation is indented past its line's own indentation
 
@@ -105,13 +104,13 @@ def fit_runs(line: str, width: Width, max_w: float) -> str:
     rule character; else with every such run cut to the longest length, at least `MIN_RUN`, at
     which the line fits (or to `MIN_RUN`, and the line wraps). What a page draws is its text: the
     transcript keeps the runs."""
-    if _RUN.search(line) is None or width(line) <= max_w:  # the search first: most lines hold no run
+    if RUN.search(line) is None or width(line) <= max_w:  # the search first: most lines hold no run
         return line
 
     def capped(n: int) -> str:
-        return _RUN.sub(lambda m: m.group()[0] * min(n, len(m.group())), line)
+        return RUN.sub(lambda m: m.group()[0] * min(n, len(m.group())), line)
 
-    lo, hi = MIN_RUN, max(len(m.group()) for m in _RUN.finditer(line))
+    lo, hi = MIN_RUN, max(len(m.group()) for m in RUN.finditer(line))
     while lo < hi:  # the longest cap that fits
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if width(capped(mid)) <= max_w else (lo, mid - 1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,12 +22,11 @@ ELLIPSIS = "\u2026"
 # rule across the column, half a line high, and its text on the page is RULE (the run's exact
 # length stays in the transcript).
 RULE = "\u2500" * 4
-_RULE_LINE = re.compile(f" *([{re.escape(codewrap.RULE_CHARS)}])\\1{{7,}} *")
 
 
 def is_rule(line: str) -> bool:
     """Whether a source line is drawn as a rule (`RULE`), not as its characters."""
-    return _RULE_LINE.fullmatch(line) is not None
+    return codewrap.RUN.fullmatch(line.strip(" ")) is not None
 
 
 @dataclass(frozen=True, slots=True)
