@@ -184,12 +184,29 @@ class OldestFirst:
         if self.shrink_first:
             total = self._shrink(tiers, costs, room, total)
         first = 0  # every page before `first` is GONE
+        before = list(tiers)
         while total > room:
             while first < len(tiers) and tiers[first] is Tier.GONE:
                 first += 1
             if first == len(tiers):
                 return None
             total += self._step(tiers, costs, first, drop=True)
+        return self._give_back(tiers, before, costs, room - total)
+
+    def _give_back(self, tiers: list[Tier], before: Sequence[Tier], costs: Sequence[PageCost], left: int
+                   ) -> list[Tier]:
+        """Under a small budget, the newest dropped pages again, as they were before the drops,
+        while they fit what is `left`: dropping a whole block keeps the front still for the next
+        pages, but where fewer than a block of pages is left shown it leaves most of the room
+        unused (four TINY pages dropped where three would fit the room)."""
+        shown = sum(t is not Tier.GONE for t in tiers)
+        i = len(tiers) - shown - 1  # the newest page dropped (drops are oldest first)
+        while shown < self.batch and i >= 0:
+            newer = tiers[i + 1].rank if i + 1 < len(tiers) else Tier.TEXT.rank
+            tier = costs[i].best_at_most(min(before[i].rank, newer))  # never sharper than the page after it
+            if tier is Tier.GONE or costs[i].cost(tier) > left:
+                break
+            tiers[i], left, shown, i = tier, left - costs[i].cost(tier), shown + 1, i - 1
         return tiers
 
     def _shrink(self, tiers: list[Tier], costs: Sequence[PageCost], room: int, total: int) -> int:

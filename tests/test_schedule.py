@@ -271,6 +271,34 @@ def test_pages_shrink_to_tiny_before_any_is_dropped():
     assert fewer == [Tier.GONE] + [Tier.TINY] * 9
 
 
+def test_under_a_small_budget_no_block_is_dropped_whole_where_its_newest_pages_fit():
+    """Dropping in blocks of 4 keeps the front still, but where fewer than a block is left shown,
+    a page that fits the room left comes back: three TINY pages' room shows three, not two (the
+    oldest blocks of 0-3 and 4-7 dropped whole) or none."""
+    costs = page_costs([1000] * 10, COST_MODELS["deepseek-ocr"])
+    tiny = COST_MODELS["deepseek-ocr"].page_tokens(Tier.TINY) + LABEL_TOKENS
+    assert schedule(costs, 3 * tiny + 5, AgeLadder(), OldestFirst()) == [Tier.GONE] * 7 + [Tier.TINY] * 3
+    assert schedule(costs[:4], 3 * tiny, AgeLadder(), OldestFirst()) == [Tier.GONE] + [Tier.TINY] * 3
+
+
+@PROPS
+@given(st.lists(st.integers(20, 1500), min_size=1, max_size=40), st.integers(0, 4000), VISIONS)
+def test_fewer_pages_shown_than_a_block_only_where_no_more_fit(pages, room, vision):
+    """Where the fitter shows fewer pages than its block, the newest page it dropped would not
+    fit the room left at any tier it may take, none sharper than the page after it (the
+    arithmetic of the costs is the oracle)."""
+    costs = page_costs(pages, COST_MODELS[vision])
+    fitter = OldestFirst()
+    tiers = schedule(costs, room, AgeLadder(), fitter)
+    gone = [i for i, t in enumerate(tiers) if t is Tier.GONE]
+    assume(gone and sum(t is not Tier.GONE for t in tiers) < fitter.batch)
+    left = room - sum(c.cost(t) for c, t in zip(costs, tiers))
+    i = gone[-1]
+    newer = tiers[i + 1].rank if i + 1 < len(tiers) else Tier.TEXT.rank
+    allowed = [costs[i].cost(t) for t in costs[i].options if t is not Tier.GONE and t.rank <= newer]
+    assert not allowed or min(allowed) > left
+
+
 def test_demotions_are_batched_so_the_prefix_changes_rarely():
     """Adding pages one by one under a fixed budget: demoted in batches of 4, the oldest pages'
     tiers change in far fewer steps than demoted one at a time."""
