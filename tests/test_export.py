@@ -14,6 +14,7 @@ from PIL import Image
 from pydantic import TypeAdapter
 
 from optictx import Budget, Memory, Tier
+from optictx.schedule import DropOldest
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
@@ -167,7 +168,9 @@ def test_text_tier_pages_and_broken_tool_json_export_cleanly():
 
 
 def test_a_factsheet_without_pages_is_still_exported():
-    mem = Memory(budget=Budget(tokens=300), keep_recent=1)
+    # Pages kept at the ladder's tiers (DropOldest): none fits 300 tokens, so every page is dropped
+    # (the default fitter shrinks the newest to TINY, 73 tokens, and sends it).
+    mem = Memory(budget=Budget(tokens=300), keep_recent=1, fitter=DropOldest())
     for i in range(40):
         mem.add({"role": "user", "content": f"order {1_000_000 + i} shipped " + "filler words " * 60})
     mem.add({"role": "user", "content": "ok"})
