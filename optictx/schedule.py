@@ -200,7 +200,7 @@ class OldestFirst:
         pages, but where fewer than a block of pages is left shown it leaves most of the room
         unused (four TINY pages dropped where three would fit the room)."""
         shown = sum(t is not Tier.GONE for t in tiers)
-        i = len(tiers) - shown - 1  # the newest page dropped (drops are oldest first)
+        i = len(tiers) - shown - 1  # the newest page dropped: tiers are monotone, so the dropped are the oldest
         while shown < self.batch and i >= 0:
             newer = tiers[i + 1].rank if i + 1 < len(tiers) else Tier.TEXT.rank
             tier = costs[i].best_at_most(min(before[i].rank, newer))  # never sharper than the page after it
