@@ -22,10 +22,13 @@ from .turns import Turn
 class Frozen:
     """What stays fixed between compactions, and what the last call sent.
 
-    `pages`: the digests of sealed pages 0..m-1 with the tier each is sent at (GONE: dropped);
-    `factsheet`: its texts by place (-1 before the first page, i after page i); `upto`: turns
-    from this id on (other than system and pinned ones) go as themselves; `fixed`: the system
-    and pinned turns' ids; `verbatim`: every turn as itself in order (nothing frozen but that).
+    `pages`: the digests of pages 0..m-1 with the tier each is sent at (GONE: dropped), sealed
+    pages but, where `part` is set, the last: the first `part` lines of page m-1 as they stood
+    when it was still open (the packer only adds lines to an open page, so they stay its first
+    lines, open or sealed since); `factsheet`: its texts by place (-1 before the first page, i
+    after page i); `upto`: turns from this id on (other than system and pinned ones) go as
+    themselves; `fixed`: the system and pinned turns' ids; `verbatim`: every turn as itself in
+    order (nothing frozen but that).
     """
 
     pages: tuple[tuple[str, Tier], ...] = ()
@@ -47,6 +50,7 @@ class Frozen:
     asis: int = 0  # tokens of the conversation as it came at the last call
     spent: float = 0.0  # what the calls so far would have cost with the conversation sent as it came
     saved: float = 0.0  # how much less they cost through optictx (negative: more)
+    part: int = 0  # lines of the last page frozen while it was open (0: every page whole)
 
     def to_json(self) -> str:
         # "sent" and "pieces" are the stored names of prompt_tokens and prompt_pieces: states
@@ -55,7 +59,8 @@ class Frozen:
                 "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
                 "sent": self.prompt_tokens, "pieces": self.prompt_pieces, "compactions": self.compactions,
                 "base": self.base, "since": self.since, "front": self.front, "front_key": self.front_key,
-                "tried": self.tried, "at": self.at, "asis": self.asis, "spent": self.spent, "saved": self.saved}
+                "tried": self.tried, "at": self.at, "asis": self.asis, "spent": self.spent, "saved": self.saved,
+                "part": self.part}
         return json.dumps(body, ensure_ascii=True)
 
     @classmethod
@@ -68,7 +73,7 @@ class Frozen:
                        tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
                        int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
                        str(b["front_key"]), int(b["tried"]), float(b.get("at", 0.0)), int(b.get("asis", 0)),
-                       float(b.get("spent", 0.0)), float(b.get("saved", 0.0)))
+                       float(b.get("spent", 0.0)), float(b.get("saved", 0.0)), int(b.get("part", 0)))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -255,15 +255,32 @@ def _append(state: Frozen | None, base: Snapshot, tail: Since, build: Build, bud
 def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapshot, Plan] | None:
     """The plan a frozen state gives on a snapshot whose recent turns are those since
     `state.upto`; None when its pages are not this memory's sealed pages (other settings)."""
-    sealed = snap.pack.sealed
-    if len(state.pages) > len(sealed) or any(p.digest != d for p, (d, _) in zip(sealed, state.pages)):
+    pages = frozen_pages(state, snap.pack)
+    if pages is None:
         return None
-    pages = list(sealed[: len(state.pages)])
     tiers = [t for _, t in state.pages]
     costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.master)
     other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
     caption = snap.count(snap.caption)
     return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False, count=snap.count)
+
+
+def frozen_pages(state: Frozen, pack: PackView) -> list[Page] | None:
+    """The pages a frozen state sends, from the packer's: its first sealed pages, the last of
+    them cut to its first `state.part` lines where it was frozen open; None when they are not
+    this memory's pages (other settings, or lines an open page no longer starts with)."""
+    whole = len(state.pages) - (1 if state.part else 0)
+    if whole > len(pack.sealed):
+        return None
+    pages = list(pack.sealed[:whole])
+    if state.part:
+        lines = pack.sealed[whole].entries if whole < len(pack.sealed) else pack.open_entries
+        if len(lines) < state.part:
+            return None
+        pages.append(Page(whole, tuple(lines[: state.part]), False, pack.style))
+    if any(p.digest != d for p, (d, _) in zip(pages, state.pages)):
+        return None
+    return pages
 
 
 def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:
@@ -339,6 +356,17 @@ def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]
     """The stateless plan's sealed pages up to its last one not sent as text, at their tiers, and
     the first turn that is not wholly on them (moved back so no tool result loses its call)."""
     sealed = len(pack.sealed)
+    if _open_imaged(stateless, pack):
+        # The open page drawn: frozen as it stands, with every turn on it (a budget too small
+        # for its lines as text would drop sealed pages to make room for them).
+        pages = [*pack.sealed, stateless.pages[sealed]]
+        sent = stateless.actual[: sealed + 1]
+        upto = _safe_start(pages[-1].entries[-1].turn_id + 1, tail)
+        if upto is None:
+            return None
+        factsheet = tuple(sorted(stateless.factsheet.items()))
+        return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed,
+                      part=len(pack.open_entries))
     sent = stateless.actual[:sealed]
     m = 1 + max((i for i, t in enumerate(sent) if t is not Tier.TEXT), default=-1)
     pages = pack.sealed[:m]
@@ -347,6 +375,14 @@ def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]
         return None
     factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < m))
     return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed)
+
+
+def _open_imaged(stateless: Plan, pack: PackView) -> bool:
+    """Whether the stateless plan draws the open page as it stands (no recent turn added to it)
+    on an image."""
+    sealed = len(pack.sealed)
+    return (stateless.cut == 0 and len(stateless.pages) == sealed + 1 and bool(pack.open_entries)
+            and stateless.actual[sealed].is_image and stateless.pages[sealed].entries == pack.open_entries)
 
 
 def _first_after(pages: Sequence[Page], pack: PackView) -> int:

@@ -74,6 +74,42 @@ def test_between_compactions_the_prompt_is_a_prefix_of_the_next(msgs, limit, vis
         prev = ctx
 
 
+def test_an_open_page_sent_as_an_image_is_the_first_lines_of_that_page_ever_after(sample):
+    """Under a small budget a compaction draws the open page as it stands rather than drop
+    sealed pages for its lines as text, and later calls append after it: what such a context
+    sends is, line for line, the start of the page the packer ends up sealing at that index
+    (the packer's own pages are the oracle), and every turn on it is off the text that follows."""
+    mem = Memory(budget=Budget(tokens=1600), keep_recent=4, vision="deepseek-ocr", verbatim=False)
+    sent = []
+    for m in sample:
+        mem.add(m)
+        ctx = mem.context()
+        for seg in ctx.pages:
+            if not seg.page.sealed and seg.tier.is_image:
+                text_turns = {s.turn.id for s in ctx.segments if getattr(s, "kind", "") == "recent"}
+                assert not text_turns & set(seg.page.turn_ids)
+                sent.append((ctx.event, seg.page))
+    assert {e for e, _ in sent} >= {"forced", "append"}, "no open page was sent as an image, frozen or appended to"
+    final = {p.index: p for p in mem.pages}
+    for _, page in sent:
+        assert final[page.index].entries[: len(page.entries)] == page.entries
+
+
+def test_a_small_budget_sends_the_open_page_drawn_not_its_lines_as_text():
+    """NIAH's 16k-token haystack in 10% of it (1,630 tokens): with the open page's 13 turns as
+    text (about 1,100 tokens), every sealed page or all but two were dropped for them."""
+    from optictx.eval.niah import haystack
+
+    mem = Memory(budget=Budget(tokens=1630), keep_recent=4, vision="deepseek-ocr", verbatim=False)
+    for t in haystack("builtin", 16000, 0):
+        mem.add(t)
+    ctx = mem.context()
+    shown = [seg.page for seg in ctx.pages if seg.tier.is_image]
+    assert any(not p.sealed for p in shown)
+    assert sum(p.sealed for p in shown) >= 6, [p.index for p in shown]
+    assert sum(1 for s in ctx.segments if getattr(s, "kind", "") == "recent") <= 4
+
+
 def test_a_compaction_is_forced_only_when_appending_would_not_fit(sample):
     mem = Memory(budget=Budget(tokens=6000), keep_recent=4, vision="deepseek-ocr")
     prev, seen = None, set()
@@ -317,10 +353,10 @@ def test_a_plan_state_stored_before_it_kept_the_time_reads_as_not_known():
     not known: the cache taken as warm), and the time round-trips."""
     from optictx.planstate import Frozen
 
-    state = Frozen(calls=3, prompt_tokens=1200, at=1733400000.5, asis=5000, spent=9000.5, saved=-120.25)
+    state = Frozen(calls=3, prompt_tokens=1200, at=1733400000.5, asis=5000, spent=9000.5, saved=-120.25, part=7)
     assert Frozen.from_json(state.to_json()) == state
     older = json.loads(state.to_json())
-    for later in ("at", "asis", "spent", "saved"):  # kept since; a state from before has none
+    for later in ("at", "asis", "spent", "saved", "part"):  # kept since; a state from before has none
         del older[later]
     assert Frozen.from_json(json.dumps(older)) == Frozen(calls=3, prompt_tokens=1200)
 
