@@ -20,8 +20,9 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
   `Policy.risk` set, it must also leave the memory's bill so far within that share above what
   the conversation sent as it came would have cost so far (`Tally`).
 
-A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images: those
-pages are frozen at their tiers, every turn after them goes as itself, never as drawn lines.
+A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images (or,
+where it draws the open page, at that page as it stands): those pages are frozen at their tiers
+(`freeze.py`), every turn after them goes as itself, never as drawn lines.
 """
 
 from __future__ import annotations
@@ -35,24 +36,22 @@ from .budget import Budget
 from .context import Context
 from .cost import CostModel
 from .errors import BudgetError
-from .packer import PackView, Page
+from .freeze import Since, factsheet_tokens, freeze, frozen_plan, plan_images
 from .pieces import common_prefix
 from .plan import Snapshot, as_it_came, plan, safe_cuts
 from .planned import Plan
 from .planstate import Frozen
 from .policy import Policy
 from .promptcache import CachePricing, get_cache_pricing, pricing_for
-from .schedule import AgeLadder, page_costs
-from .tiers import Tier
+from .schedule import AgeLadder
 from .weight import within
 
 Event = Literal["append", "verbatim", "first", "forced", "paid"]
 
 
-# What planning reads of a memory: the stateless snapshot, and a snapshot whose recent turns are
-# every turn (but system and pinned ones) from an id on.
+# What planning reads of a memory: the stateless snapshot, and (`freeze.Since`) a snapshot whose
+# recent turns are every turn (but system and pinned ones) from an id on.
 Snap = Callable[[], Snapshot]
-Since = Callable[[int], Snapshot]
 Build = Callable[[Snapshot, Plan], Context]
 
 
@@ -245,51 +244,11 @@ def _append(state: Frozen | None, base: Snapshot, tail: Since, build: Build, bud
     if safe_cuts(snap.recent)[0] != 0:  # a new tool result whose call was never made
         return None
     limit = budget.limit if ceiling is None else min(budget.limit, ceiling)
-    if fplan.tokens + _factsheet_tokens(snap, fplan) > limit or (
-            image_cap is not None and _images(snap, fplan) > image_cap):
+    if fplan.tokens + factsheet_tokens(snap, fplan) > limit or (
+            image_cap is not None and plan_images(snap, fplan) > image_cap):
         return None
     ctx = build(snap, fplan)
     return (ctx, state) if within(ctx) else None
-
-
-def frozen_plan(state: Frozen, snap: Snapshot, cost: CostModel) -> tuple[Snapshot, Plan] | None:
-    """The plan a frozen state gives on a snapshot whose recent turns are those since
-    `state.upto`; None when its pages are not this memory's sealed pages (other settings)."""
-    pages = frozen_pages(state, snap.pack)
-    if pages is None:
-        return None
-    tiers = [t for _, t in state.pages]
-    costs = page_costs([p.tokens or snap.count(p.text) for p in pages], cost, master=snap.pack.layout.config.master)
-    other = sum(snap.turn_tokens(t, cost) for t in (*snap.system, *snap.pinned, *snap.inline, *snap.recent))
-    caption = snap.count(snap.caption)
-    return snap, Plan(0, pages, tiers, costs, other, caption, dict(state.factsheet), drawn=False, count=snap.count)
-
-
-def frozen_pages(state: Frozen, pack: PackView) -> list[Page] | None:
-    """The pages a frozen state sends, from the packer's: its first sealed pages, the last of
-    them cut to its first `state.part` lines where it was frozen open; None when they are not
-    this memory's pages (other settings, or lines an open page no longer starts with)."""
-    whole = len(state.pages) - (1 if state.part else 0)
-    if whole > len(pack.sealed):
-        return None
-    pages = list(pack.sealed[:whole])
-    if state.part:
-        lines = pack.sealed[whole].entries if whole < len(pack.sealed) else pack.open_entries
-        if len(lines) < state.part:
-            return None
-        pages.append(Page(whole, tuple(lines[: state.part]), False, pack.style))
-    if any(p.digest != d for p, (d, _) in zip(pages, state.pages)):
-        return None
-    return pages
-
-
-def _factsheet_tokens(snap: Snapshot, p: Plan) -> int:
-    return sum(snap.count(text) for text in p.factsheet.values())
-
-
-def _images(snap: Snapshot, p: Plan) -> int:
-    return sum(1 for t in p.actual if t.is_image) + snap.image_count(
-        [*snap.system, *snap.pinned, *snap.inline, *snap.recent])
 
 
 # -- compacting --------------------------------------------------------------------------------
@@ -309,7 +268,7 @@ def _compact(base: Snapshot, tail: Since, build: Build, budget: Budget, cost: Co
             stateless = plan(base, Budget(tokens=target), cost, policy)
         except BudgetError:
             return None  # a smaller target than the fixed turns need: the caller plans at the budget
-        frozen = _freeze(stateless, base.pack, tail, fixed)
+        frozen = freeze(stateless, base.pack, tail, fixed)
         if frozen is None:
             return None
         made = _fitted(frozen, tail, build, cost, limit, image_cap)
@@ -329,8 +288,8 @@ def _fitted(frozen: Frozen, tail: Since, build: Build, cost: CostModel, limit: i
     if made is None:
         return None
     snap, fplan = made
-    over = fplan.tokens + _factsheet_tokens(snap, fplan) - limit
-    if over <= 0 and (image_cap is None or _images(snap, fplan) <= image_cap):
+    over = fplan.tokens + factsheet_tokens(snap, fplan) - limit
+    if over <= 0 and (image_cap is None or plan_images(snap, fplan) <= image_cap):
         return build(snap, fplan), frozen
     return max(0, over)
 
@@ -350,58 +309,3 @@ def _extended(state: Frozen, cand: Frozen, tail: Since, build: Build, budget: Bu
     limit = budget.limit if ceiling is None else min(budget.limit, ceiling)
     made = _fitted(extended, tail, build, cost, limit, policy.limits.image_cap(cost.max_images))
     return made if isinstance(made, tuple) else None
-
-
-def _freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]) -> Frozen | None:
-    """The stateless plan's sealed pages up to its last one not sent as text, at their tiers, and
-    the first turn that is not wholly on them (moved back so no tool result loses its call)."""
-    sealed = len(pack.sealed)
-    if _open_imaged(stateless, pack):
-        # The open page drawn: frozen as it stands, with every turn on it (a budget too small
-        # for its lines as text would drop sealed pages to make room for them).
-        pages = [*pack.sealed, stateless.pages[sealed]]
-        sent = stateless.actual[: sealed + 1]
-        upto = _safe_start(pages[-1].entries[-1].turn_id + 1, tail)
-        if upto is None:
-            return None
-        factsheet = tuple(sorted(stateless.factsheet.items()))
-        return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed,
-                      part=len(pack.open_entries))
-    sent = stateless.actual[:sealed]
-    m = 1 + max((i for i, t in enumerate(sent) if t is not Tier.TEXT), default=-1)
-    pages = pack.sealed[:m]
-    upto = _safe_start(_first_after(pages, pack) if m else 0, tail)
-    if upto is None:
-        return None
-    factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < m))
-    return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed)
-
-
-def _open_imaged(stateless: Plan, pack: PackView) -> bool:
-    """Whether the stateless plan draws the open page as it stands (no recent turn added to it)
-    on an image."""
-    sealed = len(pack.sealed)
-    return (stateless.cut == 0 and len(stateless.pages) == sealed + 1 and bool(pack.open_entries)
-            and stateless.actual[sealed].is_image and stateless.pages[sealed].entries == pack.open_entries)
-
-
-def _first_after(pages: Sequence[Page], pack: PackView) -> int:
-    """The first turn id not wholly on `pages` (the first sealed pages of `pack`)."""
-    last = pages[-1].entries[-1].turn_id
-    rest = pack.sealed[len(pages):]
-    following = rest[0].entries[0] if rest else (pack.open_entries[0] if pack.open_entries else None)
-    return last if following is not None and following.turn_id == last else last + 1
-
-
-def _safe_start(upto: int, tail: Since) -> int | None:
-    """`upto`, or an earlier turn id, so that no tool result from it on lacks its call; None
-    when there is none (a tool result answers a call never made: such a conversation is
-    planned afresh, where that result goes on a page)."""
-    window = list(tail(max(0, upto - 64)).recent)
-    cuts = safe_cuts(window)
-    ids = [t.id for t in window]
-    at = next((i for i, tid in enumerate(ids) if tid is not None and tid >= upto), len(ids))
-    ok = [c for c in cuts if c <= at]
-    if not ok:
-        return None
-    return ids[max(ok)] if max(ok) < len(ids) else upto  # type: ignore[return-value]
