@@ -4,8 +4,8 @@ history, so that what a reader must not misread stays easy to read.
 
 The pages are sent at the size the consumer is sent history's TINY pages at (Claude: 1092 px
 square, where a 2730-px page of history is seen; OpenAI's tile-priced models: 512 x 1024), but
-drawn on a master only twice that size (history's is 2.5 times), so their glyphs are 1.25x
-history's, and the master halves exactly into the image sent (a box average, no interpolation).
+drawn on a master only 2.25 times that size (history's is 2.5 times), so their glyphs are 1.11x
+history's, and derived from it by bicubic (BENCHMARKS.md, "Instructions on pages").
 Nothing on them refers to other lines: every line is drawn (references to lines already drawn
 are history's, `repeats.py`).
 """
@@ -28,7 +28,8 @@ from .tiers import Tier, greys
 
 __all__ = ["Drawn", "draw", "geometry"]
 
-SHARPER = 2  # the master's side over the image's: history's TINY pages are drawn at 2.5x (1280 -> 512)
+SHARPER = 2.25  # the master's side over the image's: history's TINY pages are drawn at 2.5x (1280 -> 512)
+WHOLE = 9  # a master side that is a multiple of this shrinks by SHARPER (9 / 4) to whole pixels, and back
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class Drawn:
     def boxes(self) -> list[list[tuple[int, int, int, int]]]:
         """Every line's box on each page's image, in its pixels (a reader reads line by line)."""
         config = geometry(self.vision)
-        layouts = [Layout(_tall(config, size[1] * SHARPER)) for size in self.sizes]
-        return [[tuple(v // SHARPER for v in b.box) for b in line_boxes(page, layout)]  # type: ignore[misc]
+        layouts = [Layout(_tall(config, round(size[1] * SHARPER))) for size in self.sizes]
+        return [[tuple(int(v / SHARPER) for v in b.box) for b in line_boxes(page, layout)]  # type: ignore[misc]
                 for page, layout in zip(self.lines, layouts)]
 
     def read(self, reader: Any) -> list[tuple[str, str]]:
@@ -64,9 +65,10 @@ def geometry(vision: str) -> RenderConfig:
     history = profile.render or RenderConfig()
     sent = Tier.TINY.size_at(history.master)
     assert sent is not None  # TINY is an image tier
-    width = sent[0] * SHARPER
+    width = round(sent[0] * SHARPER)
     columns = max(1, round(history.columns * width / history.master[0]))
-    return _tall(history.model_copy(update={"size": width, "columns": columns, "repeats": False}), sent[1] * SHARPER)
+    return _tall(history.model_copy(update={"size": width, "columns": columns, "repeats": False}),
+                 round(sent[1] * SHARPER))
 
 
 def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
@@ -82,10 +84,15 @@ def draw(sections: Sequence[tuple[str, str]], vision: str) -> Drawn:
     for i, lines in enumerate(pages):
         cfg = config if i + 1 < len(pages) else _shortest(lines, config)
         master, _ = draw_page(lines, layout if cfg is config else Layout(cfg))
-        image = greys(master.reduce(SHARPER), cfg.greys)
+        image = greys(_shrunk(master), cfg.greys)
         images.append(encoded(image))
         sizes.append(image.size)
     return Drawn(vision, tuple(images), tuple(sizes), tuple(map(tuple, pages)))
+
+
+def _shrunk(master: Image.Image) -> Image.Image:
+    """The master at the size it is sent."""
+    return master.resize((round(master.width / SHARPER), round(master.height / SHARPER)), Image.Resampling.BICUBIC)
 
 
 def _tall(config: RenderConfig, height: int) -> RenderConfig:
@@ -93,11 +100,11 @@ def _tall(config: RenderConfig, height: int) -> RenderConfig:
 
 
 def _shortest(lines: Sequence[Line], config: RenderConfig) -> RenderConfig:
-    """`config` at the least height (even, so that it halves exactly) that holds `lines` on one page."""
+    """`config` at the least height that holds `lines` on one page."""
     full = config.master[1]
     height = max(256, 2 * config.margin + sum(line.height for line in lines) // config.columns)
     while height < full:
-        height += height % SHARPER
+        height += -height % WHOLE
         shorter = _tall(config, height)
         if len(_paged(lines, shorter)) == 1:
             return shorter

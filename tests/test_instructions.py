@@ -195,3 +195,70 @@ def test_a_memory_made_with_the_option_leaves_room_for_the_pages():
         assert memory.policy.limits.image_cap(100) == (100 - MAX_PAGES if on else 100)
         assert _room(memory, "anthropic") is on and _room(memory, "openai:gpt-5")  # gpt-5: no cap
         proxy.close()
+
+
+def _marked(blocks) -> int:
+    return sum(1 for b in blocks or [] if isinstance(b, dict) and "cache_control" in b)
+
+
+def test_the_last_page_is_a_cache_breakpoint_where_the_client_leaves_one():
+    """Anthropic reads a cached prefix only up to a block a request marks: the last page is
+    marked, so that a compaction (which changes what follows the pages) reads them back, unless
+    the client's own marks already take the four a request may have. No other API is marked."""
+    out = Instructions("anthropic", "anthropic")(_anthropic())
+    content = out["messages"][0]["content"]
+    pages = [i for i, p in enumerate(content) if p["type"] == "image"]
+    assert [i for i, p in enumerate(content) if "cache_control" in p] == [pages[-1]]
+    full = _anthropic()
+    full["tools"][0]["cache_control"] = full["system"][0]["cache_control"] = {"type": "ephemeral"}
+    out = Instructions("anthropic", "anthropic")(full)
+    assert _marked(out["tools"]) + _marked(out["system"]) + sum(_marked(m["content"]) for m in out["messages"]
+                                                                if isinstance(m["content"], list)) == 4
+    assert _marked(out["messages"][0]["content"]) == 0
+    for api, make, key in (("openai", _chat, "messages"), ("responses", _responses, "input")):
+        assert "cache_control" not in json.dumps(Instructions(api, "openai:gpt-5")(make())[key])
+
+
+def test_every_request_through_the_proxy_can_read_the_pages_back(tmp_path):
+    """A session long enough for compactions, through the proxy with the option: every body it
+    sends upstream has the same bytes up to and including the last instruction page, the first
+    a breakpoint on that page, each a breakpoint at most 20 blocks after it, and none more than
+    four: by Anthropic's rules (a request reads the longest cached prefix ending at a breakpoint,
+    looking back about 20 blocks), the pages are read from the cache on every request after the
+    first, compactions included."""
+    pytest.importorskip("starlette", reason="the proxy (the serve extra)")
+    from optictx.eval.requests import Requests
+    from optictx.eval.sessions import load_session
+    from optictx.serve.anthropic_api import ANTHROPIC
+    from optictx.serve.config import ServeConfig
+    from optictx.serve.guards import read
+    from optictx.serve.proxy import Proxy
+
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in [{"role": "system", "content": SYSTEM},
+                                                           *sample_conversation(tasks=5)]))
+    session = load_session(path)
+    requests = Requests(session, "anthropic", "claude-sonnet-4-5")
+    proxy = Proxy(ServeConfig.make(anthropic_upstream="http://127.0.0.1:9", image_instructions=True))
+    fronts, events = set(), []
+    try:
+        for k in range(len(session.calls)):
+            requests.to(k)
+            fitted = proxy.fit(ANTHROPIC, read(ANTHROPIC, json.dumps(requests.body()).encode()),
+                               {"x-api-key": "k", "x-optictx-budget": "6000"}, at=60.0 * k)
+            body = json.loads(fitted.body)
+            events.append(fitted.context.event if fitted.context is not None else None)
+            blocks = [*body["system"], *(b for m in body["messages"] for b in
+                                         (m["content"] if isinstance(m["content"], list) else [m["content"]]))]
+            marks = [i for i, b in enumerate(blocks) if isinstance(b, dict) and "cache_control" in b]
+            front = Instructions("anthropic", "anthropic")
+            front(requests.body())
+            page = len(body["system"]) + front.pages  # the system blocks, the line before the pages, the pages
+            assert k > 0 or page in marks
+            assert any(page <= i <= page + 20 for i in marks) and len(marks) <= 4
+            fronts.add(json.dumps([body.get("tools"), [{k: v for k, v in b.items() if k != "cache_control"}
+                                                       for b in blocks[: page + 1]]]))  # a mark is no content
+    finally:
+        proxy.close()
+    assert len(fronts) == 1
+    assert {"paid", "forced"} & set(events), events

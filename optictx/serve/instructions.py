@@ -19,11 +19,12 @@ from functools import lru_cache
 from typing import Any
 
 from ..cost import get_cost_model
-from ..export import PAGE_PARTS
+from ..export import MARK, PAGE_PARTS
 from ..instructions import Drawn, draw
 from ..native import IMAGE_PARTS, images_cost
 from ..tokens import get_tokenizer
 from ..tools import ABOUT
+from .anthropic_api import MAX_BREAKPOINTS
 
 # Pages of instructions in one request at most, for a consumer that caps a request's images: a
 # memory leaves room for them under the cap (`Proxy.memory`); instructions that need more stay text.
@@ -43,7 +44,8 @@ STUB = 'Described in full under "TOOL {name}" on the images that open the conver
 class _Api:
     """What differs between the APIs here: the list's field, a text part's type, the field that
     holds a system prompt beside the list, a client tool's shape (`tool`: its own type, where it
-    may have none; `nested`: its name and description inside `function`), and a page's part."""
+    may have none; `nested`: its name and description inside `function`), a page's part, and
+    whether the cache reads a prefix only up to a block the request marks (`marked`)."""
 
     key: str
     text: str
@@ -51,9 +53,10 @@ class _Api:
     tool: str
     nested: bool
     page: Callable[[str, str | None], dict[str, Any]]
+    marked: bool = False
 
 
-_APIS = {"anthropic": _Api("messages", "text", "system", "custom", False, PAGE_PARTS["anthropic"]),
+_APIS = {"anthropic": _Api("messages", "text", "system", "custom", False, PAGE_PARTS["anthropic"], True),
          "openai": _Api("messages", "text", None, "function", True, PAGE_PARTS["openai"]),
          "responses": _Api("input", "input_text", "instructions", "function", False, PAGE_PARTS["responses"])}
 
@@ -95,14 +98,20 @@ class Instructions:
         if weighed is None or (not self.room and cap is not None and len(weighed[0].images) + _images(items) > cap):
             return body
         self.drawn, self.moved = weighed
-        return {**head, api.key: [*front, self._opened(api, items[user], self.drawn), *items[user + 1 :]]}
+        mark = api.marked and _marks(head, items) < MAX_BREAKPOINTS
+        return {**head, api.key: [*front, self._opened(api, items[user], self.drawn, mark), *items[user + 1 :]]}
 
-    def _opened(self, api: _Api, message: dict[str, Any], drawn: Drawn) -> dict[str, Any]:
-        """The first user message with the pages before what it says."""
+    def _opened(self, api: _Api, message: dict[str, Any], drawn: Drawn, mark: bool) -> dict[str, Any]:
+        """The first user message with the pages before what it says, the last page marked for
+        the cache where `mark` (`export.MARK`, so that a proxy counts it as its own): a compaction
+        changes what follows the pages, and without a breakpoint there the provider would read
+        the request only up to the system prompt and write the pages again."""
         content = message.get("content")
         parts = [{"type": api.text, "text": content}] if isinstance(content, str) else list(content or [])
         detail = get_cost_model(self.vision).image_detail
         pages = [api.page(data, detail) for data in drawn.images]
+        if mark:
+            pages[-1] = {**pages[-1], "cache_control": MARK}
         return {**message, "content": [{"type": api.text, "text": HEAD.format(n=len(pages))}, *pages, *parts]}
 
 
@@ -157,6 +166,16 @@ def _weighed(sections: tuple[tuple[str, str], ...], texts: int, vision: str) -> 
     if moved <= 0 or (cost.max_images is not None and len(drawn.images) > MAX_PAGES):  # never worse than text
         return None
     return drawn, moved
+
+
+def _marks(head: dict[str, Any], items: list[Any]) -> int:
+    """The cache breakpoints a request has: its tools', its system blocks', its messages'
+    blocks', and a top-level `cache_control` (Anthropic's automatic caching takes one)."""
+    system = head.get("system")
+    lists = [head.get("tools"), system if isinstance(system, list) else None,
+             *(m.get("content") for m in items if isinstance(m, dict))]
+    return ("cache_control" in head) + sum(1 for blocks in lists if isinstance(blocks, list)
+                                           for b in blocks if isinstance(b, dict) and "cache_control" in b)
 
 
 def _images(items: list[Any]) -> int:
