@@ -18,7 +18,9 @@ themselves. A compaction is an explicit, priced event (`Planned.event`), decided
   writes the whole prompt too, so a compaction that makes it smaller costs nothing more: it is
   no bet, and is weighed whether or not a page sealed since the last one was. With
   `Policy.risk` set, it must also leave the memory's bill so far within that share above what
-  the conversation sent as it came would have cost so far (`Tally`).
+  the conversation sent as it came would have cost so far (`Tally`). It never drops a page the
+  appended prompt would send: under the cost of the conversation as it came (a compaction's
+  ceiling), a small conversation's pages may not all fit, and dropping them saves by forgetting.
 
 A compaction is the stateless planner (`plan.plan`) cut at the last sealed page it images (or,
 where it draws the open page, at that page as it stands): those pages are frozen at their tiers
@@ -82,7 +84,9 @@ def next_plan(state: Frozen | None, snap: Snap, tail: Since, build: Build, budge
         if pricing.read > 0 and (sealed != state.tried or cold):
             cand = _compact(base, tail, build, budget, cost, compacting, fixed, ceiling, first=False)
             ext = _extended(state, cand[1], tail, build, budget, cost, policy, ceiling) if cand else None
-            priced = [(c, tally.compacting(ctx, c[0])) for c in (cand, ext) if c]
+            # Made to save money, a compaction drops no page the appended prompt would send (the
+            # budget's forced ones may).
+            priced = [(c, tally.compacting(ctx, c[0])) for c in (cand, ext) if c and len(c[0].gone) <= len(ctx.gone)]
             scored = [(_gain(pricing, policy, state, ctx, c[0], cost_append, paid, budget.limit), c, paid)
                       for c, paid in priced]
             gain, best, paid = max(scored, key=lambda s: s[0], default=(0.0, None, 0.0))

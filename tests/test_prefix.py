@@ -17,6 +17,7 @@ from optictx.export import to_anthropic, to_openai, to_responses
 from optictx.prefix import tokens_per_piece
 from optictx.promptcache import Block, PromptCache, Request
 from optictx.renderers import RenderConfig
+from optictx.sample import sample_conversation
 
 APPENDED = ("append", "verbatim")
 
@@ -467,3 +468,28 @@ def test_to_anthropic_marks_the_stable_boundaries_and_they_stay_put(sample):
     # Without cache=True nothing is marked and the system prompt is a string, as before.
     plain_system, plain = ctx.to_anthropic()
     assert isinstance(plain_system, str) and not any("cache_control" in b for m in plain for b in m["content"])
+
+
+@pytest.mark.parametrize(("vision", "tasks", "page"), [("anthropic", None, None), ("openai:gpt-5", None, None),
+                                                   ("anthropic", 3, 400), ("gemini", 3, 400),
+                                                   ("openai:gpt-4o", 6, 400), ("openai:gpt-4.1", 3, 400)])
+def test_a_compaction_made_for_money_drops_no_page(vision, tasks, page):
+    """A paid compaction is optional: where the conversation is still small, the pages a
+    compaction plans under its cost as it came (its ceiling) may not all fit, and dropping them
+    would save money by forgetting. So no paid compaction drops more pages than the context
+    before it (the budget's forced ones may). Small pages and a short conversation are where
+    that happened; the whole sample, where paid compactions are made."""
+    settings = {"tokens_per_page": page} if page else {}
+    mem = Memory(budget=Budget(tokens=128_000), keep_recent=4, vision=vision, **settings)
+    prev, t, paid = None, 0.0, 0
+    for m in sample_conversation(**({"tasks": tasks} if tasks else {})):
+        mem.add(m)
+        if m["role"] == "assistant":
+            continue
+        t += 60.0
+        ctx = mem.context(at=t)
+        if ctx.event == "paid":
+            paid += 1
+            assert len(ctx.gone) <= len(prev.gone), (t, [p.index for p in ctx.gone])
+        prev = ctx
+    assert paid or page, "the whole sample makes paid compactions"
