@@ -256,7 +256,7 @@ def test_every_request_through_the_proxy_can_read_the_pages_back(tmp_path):
             page = len(body["system"]) + front.pages  # the system blocks, the line before the pages, the pages
             assert k > 0 or page in marks
             assert any(page <= i <= page + 20 for i in marks) and len(marks) <= 4
-            fronts.add(json.dumps([body.get("tools"), [{k: v for k, v in b.items() if k != "cache_control"}
+            fronts.add(json.dumps([body.get("tools"), [{key: v for key, v in b.items() if key != "cache_control"}
                                                        for b in blocks[: page + 1]]]))  # a mark is no content
     finally:
         proxy.close()
