@@ -137,6 +137,16 @@ def _has_mark(block: Any) -> bool:
     return isinstance(block, dict) and "cache_control" in block
 
 
+def marks(body: dict[str, Any]) -> int:
+    """The cache breakpoints a request has: its tools', its system blocks', its messages' blocks',
+    and a top-level `cache_control` (automatic caching takes one)."""
+    system = body.get("system")
+    lists = [body.get("tools"), system if isinstance(system, list) else None,
+             *(m.get("content") for m in body.get("messages") or [] if isinstance(m, dict))]
+    return ("cache_control" in body) + sum(1 for blocks in lists if isinstance(blocks, list)
+                                           for b in blocks if _has_mark(b))
+
+
 def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
     """The client's own breakpoints kept, ours (`export.MARK`, at the context's stable
     boundaries) added, the system prompt marked when ours wants it and the client's has none.

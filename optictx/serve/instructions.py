@@ -24,7 +24,7 @@ from ..instructions import Drawn, draw
 from ..native import IMAGE_PARTS, images_cost
 from ..tokens import get_tokenizer
 from ..tools import ABOUT
-from .anthropic_api import MAX_BREAKPOINTS
+from .anthropic_api import MAX_BREAKPOINTS, marks
 
 # Pages of instructions in one request at most, for a consumer that caps a request's images: a
 # memory leaves room for them under the cap (`Proxy.memory`); instructions that need more stay text.
@@ -98,7 +98,7 @@ class Instructions:
         if weighed is None or (not self.room and cap is not None and len(weighed[0].images) + _images(items) > cap):
             return body
         self.drawn, self.moved = weighed
-        mark = api.marked and _marks(head, items) < MAX_BREAKPOINTS
+        mark = api.marked and marks({**head, api.key: items}) < MAX_BREAKPOINTS
         return {**head, api.key: [*front, self._opened(api, items[user], self.drawn, mark), *items[user + 1 :]]}
 
     def _opened(self, api: _Api, message: dict[str, Any], drawn: Drawn, mark: bool) -> dict[str, Any]:
@@ -166,16 +166,6 @@ def _weighed(sections: tuple[tuple[str, str], ...], texts: int, vision: str) -> 
     if moved <= 0 or (cost.max_images is not None and len(drawn.images) > MAX_PAGES):  # never worse than text
         return None
     return drawn, moved
-
-
-def _marks(head: dict[str, Any], items: list[Any]) -> int:
-    """The cache breakpoints a request has: its tools', its system blocks', its messages'
-    blocks', and a top-level `cache_control` (Anthropic's automatic caching takes one)."""
-    system = head.get("system")
-    lists = [head.get("tools"), system if isinstance(system, list) else None,
-             *(m.get("content") for m in items if isinstance(m, dict))]
-    return ("cache_control" in head) + sum(1 for blocks in lists if isinstance(blocks, list)
-                                           for b in blocks if isinstance(b, dict) and "cache_control" in b)
 
 
 def _images(items: list[Any]) -> int:
