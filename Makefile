@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint bench tesseract chromium postgresql codex claude clean
+.PHONY: demo test test-long test-explore lint bench tesseract chromium postgresql codex claude clean
 
 # torch: a torch the base Python already has is reused (the venv then sees system packages);
 # otherwise TORCH is installed first, so the `models` extra's range asks for nothing more. On
@@ -40,6 +40,11 @@ test: $(STAMP) tesseract chromium postgresql codex claude
 # adds, 10 MB turns.
 test-long: $(STAMP) postgresql
 	$(PY) -m pytest -q -m slow
+
+# Property tests with fresh draws (tests/conftest.py's `explore` profile); `make test` replays
+# the same derandomized examples every run, so CI never fails on a new draw.
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -m "not slow" -p no:cacheprovider $$(grep -l "@given" tests/test_*.py)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

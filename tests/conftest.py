@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from optictx.sample import sample_conversation
@@ -50,6 +52,13 @@ def upstream():
     yield state
     stop_upstream(server)
 
+
+# Property tests explore the same examples on every run of `make test` and CI (derandomized, no
+# example database), so a red run is the code's, never the draw's; `make test-explore` (the
+# `explore` profile) draws afresh to find new cases, which are then pinned as `@example`s.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _words = st.text(alphabet="abcdefghij klmnop 0123456789.,\n", min_size=0, max_size=400)
 

@@ -8,7 +8,7 @@ import json
 import re
 
 from conftest import needs_tesseract
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from optictx.blocks import arguments, turn_blocks
@@ -210,6 +210,8 @@ def test_an_edit_s_code_is_drawn_as_its_lines_and_keeps_its_indentation():
 
 
 @given(values=st.lists(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40), max_size=4))
+@example(values=["\r\n\x7f"])  # found by a fresh draw: the old oracle took an escaped \x7f for a loss
+@example(values=["a\nb", "\x7f\u2028"])
 @settings(max_examples=200, deadline=None)
 def test_a_call_s_arguments_lose_nothing_on_the_page(values):
     """Whatever the strings: each drawn between triple quotes exactly as it is (never a quote
@@ -218,7 +220,9 @@ def test_a_call_s_arguments_lose_nothing_on_the_page(values):
     args = {f"k{i}": v for i, v in enumerate(values)}
     text = json.dumps(args)
     drawn = arguments(text)
-    if not any("\n" in v for v in values):
+    lined = [v for v in values if "\n" in v and "\r" not in v
+             and any(q not in v and not v.endswith(q[0]) for q in ('"""', "'''"))]
+    if not lined:  # no string is drawn as its lines: the arguments go as sent, escapes and all
         assert drawn == text
         return
     for v in args.values():
