@@ -5,7 +5,11 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 
     python benchmarks/bill.py CORPUS_DIR [CORPUS_DIR ...] [--providers anthropic openai:gpt-4o ...]
         [--pxpipe DIR] [--jobs 2] [--budget N] [--gap-seconds 60] [--risk R] [--no-words]
-        [--image-instructions] [--client-front BODY.json]
+        [--image-instructions] [--client-front BODY.json] [--model claude-opus-5-5]
+
+Each request is priced at its model's own cache prices (genai-prices' data: Claude Opus 5.5
+reads its cache at 0.05x, older Claude models at 0.1x), and the planner decides at those prices.
+`--model NAME`: every session sent as that model (default: the model each was recorded with).
 
 `--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
 (1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
@@ -46,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from optictx.cost import get_cost_model
-from optictx.eval.bill import MODELS, gaps_arg, replay, risk_arg
+from optictx.eval.bill import gaps_arg, replay, risk_arg
 from optictx.eval.bodies import blocks_of
 from optictx.eval.requests import client_body
 from optictx.eval.sessions import Session, load_session
@@ -98,13 +102,15 @@ def _lindy(files: list[str]) -> float:
     return alpha
 
 
-def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool, bool, str | None]) -> dict[str, Any]:
-    path, provider, budget, gaps, risk, words, imaged, front = job
+def _ours(job: tuple[str, str, int | None, tuple[float, ...], float | None, bool, bool, str | None, str | None]
+          ) -> dict[str, Any]:
+    path, provider, budget, gaps, risk, words, imaged, front, model = job
     t0 = time.perf_counter()
     session = load_session(path)
     if front is not None:
         session = _fronted(session, json.loads(Path(front).read_text()))
-    bill = replay(session, provider, budget=budget, gap=gaps, risk=risk, words=words, image_instructions=imaged)
+    bill = replay(session, provider, budget=budget, gap=gaps, risk=risk, words=words, image_instructions=imaged,
+                  model=model)
     s = bill.summary()
     return {**s, "seconds": round(time.perf_counter() - t0, 1), "ms_per_request": round(
         1000 * (time.perf_counter() - t0) / max(1, s["requests"]), 1), "passthrough": bill.passthrough,
@@ -182,6 +188,7 @@ def main() -> None:
     ap.add_argument("--render", help="a RenderConfig JSON file every memory draws its pages at (a geometry to try)")
     ap.add_argument("--rule", choices=["today", "lindy"], default="today", help="the paid-compaction rule")
     ap.add_argument("--halves", action="store_true", help="totals over even- and odd-numbered sessions too")
+    ap.add_argument("--model", help="every session sent as this model, at its prices (default: each one's own)")
     args = ap.parse_args()
     if args.rule == "lindy":
         files = [str(p) for corpus in args.corpora for p in Path(corpus).glob("*.jsonl")]
@@ -198,9 +205,10 @@ def main() -> None:
             files = sorted(str(p) for p in Path(corpus).glob("*.jsonl"))
             for provider in args.providers:
                 rows = _balanced(pool, _ours, files, (provider, args.budget, args.gap_seconds, args.risk,
-                                                      args.words, args.image_instructions, args.client_front))
+                                                      args.words, args.image_instructions, args.client_front,
+                                                      args.model))
                 results[f"{Path(corpus).name}:{provider}"] = rows
-                _table(Path(corpus).name, provider, rows)
+                _table(Path(corpus).name, provider, rows, args.model)
                 if args.halves:
                     for name, half in (("even", rows[::2]), ("odd", rows[1::2])):
                         p, o = sum(r["passthrough"] for r in half), sum(r["optictx"] for r in half)
@@ -217,7 +225,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
 
-def _table(corpus: str, provider: str, rows: list[dict[str, Any]]) -> None:
+def _table(corpus: str, provider: str, rows: list[dict[str, Any]], model: str | None = None) -> None:
     p, o = sum(r["passthrough"] for r in rows), sum(r["optictx"] for r in rows)
     tp, to = sum(r["passthrough_tokens"] for r in rows), sum(r["optictx_tokens"] for r in rows)
     above = [r for r in rows if r["ratio"] > 1.0]
@@ -226,7 +234,7 @@ def _table(corpus: str, provider: str, rows: list[dict[str, Any]]) -> None:
         for k, v in r["events"].items():
             events[k] = events.get(k, 0) + v
     ms = sum(r["seconds"] for r in rows) * 1000 / max(1, sum(r["requests"] for r in rows))
-    print(f"\n{corpus}, {provider} ({MODELS.get(provider, provider)} prices): {len(rows)} sessions, "
+    print(f"\n{corpus}, {provider} ({model or 'each session own model'}'s prices): {len(rows)} sessions, "
           f"{sum(r['requests'] for r in rows)} requests")
     print(f"- cost: optictx {o / p:.3f}x pass-through (base-input tokens {p:,.0f} -> {o:,.0f}); "
           f"tokens sent {to / tp:.3f}x")

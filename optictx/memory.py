@@ -18,6 +18,7 @@ from .handles import new_key
 from .images import PageImages
 from .packer import MAX_TOKENS_PER_PAGE, MIN_TOKENS_PER_PAGE, Page
 from .policy import Policy, PolicyFields
+from .promptcache import CachePricing
 from .recall import Found, Recalled, recall_in, search_in
 from .renderers import Layout, RenderConfig
 from .report import memory_stats
@@ -203,7 +204,8 @@ class Memory(PolicyFields):
         return Tools(self)
 
     def context(self, *, budget: Budget | int | None = None, vision: str | CostModel | None = None,
-                commit: bool = True, at: float | None = None, tools: Sequence[str] | None = None) -> Context:
+                commit: bool = True, at: float | None = None, tools: Sequence[str] | None = None,
+                pricing: str | CachePricing | None = None) -> Context:
         """The conversation fitted to the budget. Raises BudgetError if even the pinned text is too big.
 
         With `Policy.cache` (the default) it is the last context for this budget and vision with
@@ -211,12 +213,15 @@ class Memory(PolicyFields):
         which); after the provider's cache entries expired, one that makes the prompt smaller
         always pays. `at`: the call's time (seconds since the epoch; default now). `commit=False`
         plans as this call would without recording it (a dry run). `tools`: the names the model
-        calls `search` and `recall` by, said in the caption (default: `Policy.tools`)."""
+        calls `search` and `recall` by, said in the caption (default: `Policy.tools`). `pricing`:
+        the prompt cache the context is sent to, at its model's prices (`money.for_model`), by
+        which a compaction pays or not (default: `Policy.pricing`)."""
         with self._lock:
             self._sync()
             budget = self.budget if budget is None else as_budget(budget)
             cost = self.vision if vision is None else get_cost_model(vision)
             policy = self.policy if tools is None else replace(self.policy, tools=tuple(tools))
+            policy = policy if pricing is None else replace(policy, pricing=pricing)
             return self._resident.context(policy, budget, cost, commit, time.time() if at is None else at)
 
     def legibility(self) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 from .budget import Budget
 from .cost import CostModel
 from .policy import Policy
+from .promptcache import get_cache_pricing, pricing_for
 from .tiers import Tier
 from .turns import Turn
 
@@ -86,8 +87,14 @@ def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
     planned under another policy (`mem.factsheet = None`) starts from a compaction of its own."""
     # A field added after states were first stored is left out at its default, so the key a
     # state was stored under before it stays the same; a function's address changes per process.
-    shown = [f for f in fields(policy) if f.repr and not (f.name in _ADDED and getattr(policy, f.name) == f.default)]
-    body = ", ".join(f"{f.name}={getattr(policy, f.name)!r}" for f in shown)
+    # The cache's prices decide when a compaction pays, not what a state holds: pricing enters
+    # the key by its family's name, and not at all where that is the consumer's own family (a
+    # model's prices, `money.for_model`, continue the state planned at the family's).
+    family = get_cache_pricing(policy.pricing).name if policy.pricing is not None else None
+    values = {f.name: getattr(policy, f.name) for f in fields(policy)}
+    values["pricing"] = None if family == pricing_for(cost.name).name else family
+    shown = [f for f in fields(policy) if f.repr and not (f.name in _ADDED and values[f.name] == f.default)]
+    body = ", ".join(f"{f.name}={values[f.name]!r}" for f in shown)
     shape = re.sub(r" at 0x[0-9a-f]+", "", f"{type(policy).__qualname__}({body})")
     return f"plan1:{budget.limit}:{cost.name}:{hashlib.sha256(shape.encode()).hexdigest()[:12]}"
 

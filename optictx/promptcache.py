@@ -2,9 +2,10 @@
 a sequence of requests under those rules.
 
 Prices here are multipliers on the model's base input price (a cache read at 0.1x costs a tenth
-of an uncached token); money per token comes from `genai-prices` (`dollars`). The mechanics
-(breakpoints, lookback, lifetime, minimum length, hit granularity) are modelled here, one registry
-line per provider with the page it was read from and the date.
+of an uncached token). The registry holds each provider family's mechanics (breakpoints, lookback,
+lifetime, minimum length, hit granularity), one line per family with the page it was read from
+and the date, and the family's usual multipliers; a model's own prices replace those
+(`money.for_model`), and money per token is `money.py`'s.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class CachePricing:
     lookback: int = 20
     provider: str | None = None  # genai-prices' provider id (None: no money, e.g. a local model)
     source: str = field(default="", repr=False)
+    write_1h: float = 0.0  # a `"ttl": "1h"` write (0: the family has none)
+    model: str | None = None  # whose own prices `read` and `write` are (None: the family's multipliers)
 
     def call(self, tokens: float, common: float) -> float:
         """A prompt of `tokens` whose first `common` were sent just before: the common part is
@@ -76,11 +79,11 @@ CACHE_PRICING: MappingProxyType[str, CachePricing] = MappingProxyType({
     # 5-minute entries (the default), refreshed on every hit; 1,024 tokens is the minimum of the
     # Sonnet 4.x / Opus 4.1 models (Opus 4.5+ and Haiku 4.5 need 4,096: see "anthropic-4096").
     "anthropic": CachePricing("anthropic", 0.1, 1.25, "breakpoints", 1024, 300.0, provider="anthropic",
-                              source=_ANTHROPIC),
+                              source=_ANTHROPIC, write_1h=2.0),
     "anthropic-4096": CachePricing("anthropic-4096", 0.1, 1.25, "breakpoints", 4096, 300.0, provider="anthropic",
-                                   source=_ANTHROPIC),
+                                   source=_ANTHROPIC, write_1h=2.0),
     "anthropic-1h": CachePricing("anthropic-1h", 0.1, 2.0, "breakpoints", 1024, 3600.0, provider="anthropic",
-                                 source=_ANTHROPIC + ', `"ttl": "1h"`'),
+                                 source=_ANTHROPIC + ', `"ttl": "1h"`', write_1h=2.0),
     # Automatic from 1,024 tokens in 128-token steps; in-memory retention 5-10 minutes idle.
     "openai:gpt-4o": CachePricing("openai:gpt-4o", 0.5, 1.0, "automatic", 1024, 300.0, 128, provider="openai",
                                   source=_OPENAI),
@@ -200,6 +203,7 @@ class Bill:
     read: int
     written: int
     cost: float  # in base-input tokens: uncached + read * pricing.read + written * pricing.write
+    written_1h: int = 0  # of `written`, what was asked to live an hour (priced at `write_1h`)
 
     @property
     def tokens(self) -> int:
@@ -274,20 +278,3 @@ def simulate(requests: Iterable[Request], pricing: str | CachePricing) -> list[B
     cache = PromptCache(pricing)
     return [cache.bill(r) for r in requests]
 
-
-def dollars(bill: Bill, model: str, pricing: str | CachePricing) -> float | None:
-    """The bill's input in US dollars for `model` (genai-prices' bundled price data, offline),
-    or None when genai-prices is not installed or does not know the model."""
-    p = get_cache_pricing(pricing)
-    if p.provider is None:
-        return None
-    try:
-        from genai_prices import Usage, calc_price
-    except ImportError:
-        return None
-    try:
-        price = calc_price(Usage(input_tokens=bill.tokens, cache_read_tokens=bill.read,
-                                 cache_write_tokens=bill.written), model_ref=model, provider_id=p.provider)
-    except LookupError:
-        return None
-    return float(price.input_price)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -60,6 +61,7 @@ class Upstream:
     #   answers to requests that offer that tool are these tool_use blocks (name, input, or a function of
     #   the request that gives the input), streamed
     lock: threading.Lock = field(default_factory=threading.Lock)
+    cache: Any = None  # an `anthropic_cache.AnthropicCache`: Messages answers report usage by its rules
 
     @property
     def openai_url(self) -> str:
@@ -92,17 +94,17 @@ def _openai_events(model: str, text: str) -> list[bytes]:
             chunk({}, "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n"]
 
 
-def _anthropic_answer(model: str, text: str) -> dict[str, Any]:
+def _anthropic_answer(model: str, text: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 7, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 2000,
-                      "output_tokens": 11}}
+            "usage": {**(usage or {"input_tokens": 7, "cache_creation_input_tokens": 300,
+                                   "cache_read_input_tokens": 2000}), "output_tokens": 11}}
 
 
-def _anthropic_events(model: str, text: str) -> list[bytes]:
+def _anthropic_events(model: str, text: str, usage: dict[str, Any] | None = None) -> list[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
-    start = {**_anthropic_answer(model, ""), "content": []}
+    start = {**_anthropic_answer(model, "", usage), "content": []}
     words = [text[i:i + 6] for i in range(0, len(text), 6)]
     return [event("message_start", {"message": start}),
             event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -307,6 +309,9 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
             answer, events = {"/v1/messages": (_anthropic_answer, _anthropic_events),
                               "/v1/responses": (_responses_answer, _responses_events)}.get(
                 path, (_openai_answer, _openai_events))
+            if path == "/v1/messages" and state.cache is not None:
+                usage = state.cache.usage(body, time.time())
+                answer, events = (partial(_anthropic_answer, usage=usage), partial(_anthropic_events, usage=usage))
             if not body.get("stream"):
                 whole = state.whole_body or json.dumps(answer(model, state.reply)).encode()
                 self._send(200, whole, {"x-request-id": "req-upstream-1"})

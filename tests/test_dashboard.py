@@ -7,6 +7,7 @@ its own conversations, never another's."""
 from __future__ import annotations
 
 import io
+import math
 import shutil
 
 import numpy as np
@@ -104,8 +105,18 @@ def test_one_persons_dashboard_needs_no_key_and_opens_pages_full_size(personal, 
     row = rows.first.inner_text()
     assert row.startswith(TASK) and "gpt-4o" in row and "\t3\t" in row  # title, model, requests
     totals = page.inner_text("#totals")
-    assert row.count("$") >= 2 and "$" in totals and "saved, modeled" in totals
-    assert totals.index("billed by the provider $") < totals.index("modeled $")  # the provider's figure first
+    assert row.count("$") >= 2 and "$" in totals
+    assert totals.index("billed by the provider $") < totals.index("Modeled both ways $")  # the provider's first
+    # "saved" only between figures priced alike, with the sign they give: the bill against the
+    # same requests as they came, and the two modeled figures (the oracle: the ledger's sums).
+    [conv] = page.evaluate("fetch('/optictx/api/conversations').then((r) => r.json())")["conversations"]
+    billed = 1 - conv["billed_usd"] / conv["came_billed_usd"]
+    modeled = 1 - conv["cost_usd"] / conv["passthrough_usd"]
+    before, after = totals.split("Modeled both ways")
+    for share, where in ((billed, before), (modeled, after)):
+        pct = math.floor(1000 * share + 0.5) / 10  # as the page's Math.round rounds
+        word = f"{pct:g}% saved" if pct > 0 else f"{-pct:g}% more through optictx" if pct < 0 else "even"
+        assert word in where, (word, totals)
     rows.first.click()
     page.wait_for_selector("#requests tbody tr")
     assert page.locator("#requests tbody tr").count() == 3

@@ -11,7 +11,6 @@ from optictx.promptcache import (
     Block,
     PromptCache,
     Request,
-    dollars,
     get_cache_pricing,
     pricing_for,
     simulate,
@@ -116,6 +115,8 @@ def test_registry_lookups_name_the_valid_choices():
 
 def test_dollars_come_from_genai_prices_with_the_cache_rates():
     pytest.importorskip("genai_prices", reason="genai-prices is in the serve extra")
+    from optictx.money import dollars
+
     bill = Bill(uncached=400, read=500, written=100, cost=0)
     base = dollars(Bill(1_000_000, 0, 0, 0), "claude-opus-4-5", "anthropic")
     assert base == pytest.approx(5.0)  # $5 per million input tokens

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..cost import CostModel, get_cost_model
 from ..errors import ConfigError
+from ..money import dollars, for_model
 from ..policy import Policy
-from ..promptcache import Bill, CachePricing, Prefixes, PromptCache, Request, dollars, get_cache_pricing
+from ..promptcache import Bill, CachePricing, Prefixes, PromptCache, Request, get_cache_pricing
 from ..serve.dialect import MENTION, Dialect
 from ..serve.instructions import Instructions
 from .bodies import Client, blocks_of
@@ -166,10 +167,11 @@ def risk_arg(text: str) -> float:
 def replay(session: Session, provider: str = "anthropic", *, budget: int | None = None,
            gap: float | Sequence[float] = 60.0, vision: str = "auto", keep_recent: int = 4,
            risk: float | None = 0.1, words: bool = True, image_instructions: bool = False, wire: bool = False,
-           done: Callable[[], object] | None = None) -> SessionBill:
-    """The session's requests priced both ways under `provider`'s cache rules, `gap` seconds
-    apart (a sequence: the gaps in turn, cycled); `risk`, `words`, `image_instructions`: the
-    proxy's settings. Each
+           model: str | None = None, done: Callable[[], object] | None = None) -> SessionBill:
+    """The session's requests priced both ways under `provider`'s cache rules at the model's own
+    prices (`money.for_model`), `gap` seconds apart (a sequence: the gaps in turn, cycled);
+    `risk`, `words`, `image_instructions`: the proxy's settings; `model`: the model the requests
+    are sent as (default: the session's own, else the provider's in `MODELS`). Each
     request is built from the one before and handed to the proxy as the turns it adds
     (`grown.py`), unless it is not the one before grown, or `wire`: then it goes whole, as bytes,
     the way `optictx serve` reads it (the same bill, in time that grows with the square of the
@@ -181,9 +183,9 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     from ..serve.proxy import Proxy, vision_for
     from ..serve.responses_api import RESPONSES
 
-    pricing = get_cache_pricing(provider)
     native = session.native
-    model = native.model if native is not None and native.model else MODELS.get(provider, provider)
+    model = model or (native.model if native is not None and native.model else MODELS.get(provider, provider))
+    pricing = for_model(get_cache_pricing(provider), model)
     api = native.api if native is not None else ("anthropic" if provider.startswith("anthropic") else "openai")
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[api]
     cost = get_cost_model(vision_for(model, dialect.provider, vision))

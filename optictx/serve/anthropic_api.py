@@ -4,7 +4,8 @@ prompt-cache breakpoints at the end of what stays the same from one request to t
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from ..context import Context
 from ..errors import TurnError
@@ -137,22 +138,39 @@ def _has_mark(block: Any) -> bool:
     return isinstance(block, dict) and "cache_control" in block
 
 
+HOUR = {**MARK, "ttl": "1h"}  # our breakpoint where the client's cache lives an hour
+
+
 def marks(body: dict[str, Any]) -> int:
     """The cache breakpoints a request has: its tools', its system blocks', its messages' blocks',
     and a top-level `cache_control` (automatic caching takes one)."""
+    return sum(1 for _ in _controls(body))
+
+
+def ttl(body: dict[str, Any]) -> Literal["5m", "1h"]:
+    """The lifetime a request's breakpoints ask for: "1h" where any asks `"ttl": "1h"` (a write
+    then costs 2x where a 5-minute one costs 1.25x, and lives an hour), else "5m"."""
+    return "1h" if any(isinstance(c, dict) and c.get("ttl") == "1h" for c in _controls(body)) else "5m"
+
+
+def _controls(body: dict[str, Any]) -> Iterator[Any]:
+    """Each `cache_control` of a request: the top-level one, its tools', system blocks' and
+    messages' blocks'."""
+    if "cache_control" in body:
+        yield body["cache_control"]
     system = body.get("system")
     lists = [body.get("tools"), system if isinstance(system, list) else None,
              *(m.get("content") for m in body.get("messages") or [] if isinstance(m, dict))]
-    return ("cache_control" in body) + sum(1 for blocks in lists if isinstance(blocks, list)
-                                           for b in blocks if _has_mark(b))
+    yield from (b["cache_control"] for blocks in lists if isinstance(blocks, list) for b in blocks if _has_mark(b))
 
 
-def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
+def _breakpoints(body: dict[str, Any], mark_system: bool, want: str = "5m") -> None:
     """The client's own breakpoints kept, ours (`export.MARK`, at the context's stable
     boundaries) added, the system prompt marked when ours wants it and the client's has none.
     Over Anthropic's limit of four, ours go first where the client marked the same last message,
     then from the front: the end of the pages (where a compaction's prefix is read back) is the
-    last to go. Lists are copied, never written into."""
+    last to go; ours live an hour where the client's do (`want`, `_hours`). Lists are copied,
+    never written into."""
     messages = [{**m, "content": list(m["content"])} if isinstance(m["content"], list) else m
                 for m in body["messages"]]
     system = body.get("system")
@@ -170,9 +188,35 @@ def _breakpoints(body: dict[str, Any], mark_system: bool) -> None:
         ours.sort(key=lambda spot: spot[0] is not last)
     for blocks, j in ours[: max(0, theirs + len(ours) - MAX_BREAKPOINTS)]:
         blocks[j] = {k: v for k, v in blocks[j].items() if k != "cache_control"}
+    _hours(lists, want)
     body["messages"] = messages
     if system is not None:
         body["system"] = system
+
+
+def _hours(lists: list[list[Any]], want: str) -> None:
+    """Ours live an hour where the client's cache does: where its newest mark asked an hour
+    (`want`, in the request as it came) and no mark of its own before ours asks five minutes, or
+    where a mark of the client's after ours asks an hour. Anthropic takes 1-hour entries only
+    before 5-minute ones."""
+    marked = [(blocks, j) for blocks in lists for j, b in enumerate(blocks) if _has_mark(b)]
+    hours = [isinstance(c := blocks[j]["cache_control"], dict) and c.get("ttl") == "1h" for blocks, j in marked]
+    theirs = [blocks[j]["cache_control"] is not MARK for blocks, j in marked]
+    for i, (blocks, j) in enumerate(marked):
+        if theirs[i]:
+            continue
+        after = any(h for h, t in zip(hours[i:], theirs[i:]) if t)
+        short_before = any(t and not h for h, t in zip(hours[:i], theirs[:i]))
+        if after or (want == "1h" and not short_before):
+            blocks[j] = {**blocks[j], "cache_control": HOUR}
+
+
+def _newest_ttl(body: dict[str, Any]) -> str:
+    """The lifetime the client's newest breakpoint asks for."""
+    last = None
+    for control in _controls(body):
+        last = control
+    return "1h" if isinstance(last, dict) and last.get("ttl") == "1h" else "5m"
 
 
 class AnthropicMessages:
@@ -205,7 +249,7 @@ class AnthropicMessages:
         ours, messages = to_anthropic(ctx, as_sent(parsed), cache=True, image=splice.hold)  # the system stays theirs
         body = {**parsed.body, "messages": messages or nothing_fits(ctx)}
         body = body if front is None else front(body)
-        _breakpoints(body, any(_has_mark(b) for b in ours))
+        _breakpoints(body, any(_has_mark(b) for b in ours), _newest_ttl(parsed.body))
         return splice.dumps(body)
 
     def error(self, exc: ApiError) -> dict[str, Any]:

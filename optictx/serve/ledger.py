@@ -46,9 +46,10 @@ CREATE TABLE IF NOT EXISTS {p}pages (
 # its time and vision draws that context again after a restart (`Conversations.latest`).
 # The probable misreadings of its pages in the request's answer, as JSON (`answer.misread_json`).
 # What made a request cost more than an append, modeled: a cold cache, the client's own front changed.
+# Whose prices stood in for its model's where genai-prices does not know it (NULL: the model's own).
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
                        "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER",
-                       "misread TEXT", "why TEXT"),
+                       "misread TEXT", "why TEXT", "prices TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -81,6 +82,7 @@ class Sent:
     at: float | None = None  # when it was planned (None: when it is recorded)
     misread: str | None = None  # probable misreadings of its pages in the answer, JSON (None: none)
     why: str | None = None  # `meter.Charge.why`
+    prices: str | None = None  # `meter.Charge.prices`
 
 
 _SANE = 10**15  # tokens or dollars of one request above this are no fact (and JSON has no inf)
@@ -183,31 +185,36 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  f"usage, budget, misread, why) VALUES ({', '.join('?' * 23)})",
+                  f"usage, budget, misread, why, prices) VALUES ({', '.join('?' * 24)})",
                   (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
                    sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
                    sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
-                   sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why),
+                   sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why, sent.prices),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's conversations, newest request first, with totals: tokens, and the bill
-        (modeled both ways, and as the upstream reported it) in base-input tokens and dollars."""
+        (modeled both ways, and as the upstream reported it) in base-input tokens and dollars;
+        `came_billed_usd`, the requests as they came modeled over those the upstream billed (the
+        figure its bill is weighed against); `estimated`, the requests priced at a family's
+        multipliers because their model's prices are not known."""
         # Only sane amounts are summed: rows an older optictx wrote from an upstream's absurd usage
         # (1e308 tokens) would make the sum infinite, and the dashboard unreadable for good.
         money = ", ".join(f"SUM(CASE WHEN ABS(r.{c}) < {_SANE} THEN r.{c} END)" for c in _MONEY)
         rows = self._run(
             "SELECT c.id, c.name, c.created, COUNT(r.id), COALESCE(SUM(r.original), 0), COALESCE(SUM(r.sent), 0), "
-            f"MAX(r.at), {money}, c.title, (SELECT model FROM {{p}}requests m WHERE m.tenant = c.tenant "
-            "AND m.conversation = c.id ORDER BY m.id DESC LIMIT 1) "  # its last model, by the tenant's index
+            f"MAX(r.at), {money}, SUM(CASE WHEN ABS(r.billed_usd) < {_SANE} AND ABS(r.passthrough_usd) < {_SANE} "
+            "THEN r.passthrough_usd END), COUNT(r.prices), c.title, (SELECT model FROM {p}requests m "
+            "WHERE m.tenant = c.tenant AND m.conversation = c.id ORDER BY m.id DESC LIMIT 1) "  # its last model
             "FROM {p}conversations c LEFT JOIN {p}requests r ON r.conversation = c.id WHERE c.tenant = ? "
             "GROUP BY c.id ORDER BY MAX(r.at) DESC NULLS LAST, c.created DESC", (tenant,))
-        keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY, "title", "model")
+        keys = ("id", "name", "created", "requests", "original", "sent", "last", *_MONEY, "came_billed_usd",
+                "estimated", "title", "model")
         return [dict(zip(keys, (*r[:3], *map(int, r[3:6]), *r[6:]))) for r in rows]
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
         keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status", "event",
-                "why", *_MONEY, "usage", "misread")
+                "why", "prices", *_MONEY, "usage", "misread")
         rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
                          "ORDER BY id", (tenant, conversation))
         return [{**{k: _sane(v) for k, v in zip(keys, r)}, "verbatim": bool(r[7]), "tiers": json.loads(r[8]),

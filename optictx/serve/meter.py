@@ -1,7 +1,8 @@
-"""The bill of each request, both ways, in base-input tokens (a cache read at 0.1x counts a tenth
-of an uncached token) and in dollars: what optictx sends, priced by the provider's cache rules
-(`promptcache.py`), beside what sending the conversation as it came would cost under the same
-rules; and what the upstream says it billed (`Usage`, from its answer, streamed or not)."""
+"""The bill of each request, both ways, in base-input tokens (a cache read at 0.05x counts a
+twentieth of an uncached token) and in dollars: what optictx sends, priced by the provider's cache
+rules at the request's own model's prices (`money.for_model`), beside what sending the
+conversation as it came would cost under the same rules and prices; and what the upstream says it
+billed (`Usage`, from its answer, streamed or not), priced the same way."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..context import Context
+from ..money import TTL, dollars, for_model, usd
 from ..pieces import common_prefix
 from ..prefix import tokens_per_piece
-from ..promptcache import Bill, CachePricing, dollars, pricing_for
+from ..promptcache import Bill, CachePricing, pricing_for
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Charge:
     optictx_usd: float | None = None
     passthrough_usd: float | None = None
     why: str | None = None  # what made it cost more than an append: a cold cache, the client's own front
+    prices: str | None = None  # whose prices: the model's own (None), else the family's that stood in
 
     def header(self) -> str:
         usd = (f"; usd {self.optictx_usd:.6f}/{self.passthrough_usd:.6f}"
@@ -47,12 +50,13 @@ class Meter:
         self._front: str | None = None
 
     def charge(self, ctx: Context | None, original: int, sent: int, vision: str, model: str, at: float,
-               front: str = "") -> Charge:
+               front: str = "", ttl: TTL = "5m") -> Charge:
         """`original`, `sent`: the request as it came and as sent, under the cost model, both
         with what it carries beside its messages (its tools). `front`: a digest of what the
         client sends before its messages (tools, a system prompt outside them): when it changed
-        since the last request, nothing after it is read back, on either side."""
-        pricing = pricing_for(vision)
+        since the last request, nothing after it is read back, on either side. `ttl`: the
+        lifetime the client's breakpoints ask for (`"1h"`: dearer writes that live an hour)."""
+        pricing = rules(vision, model, ttl)
         why = None
         if pricing.cold(self._at, at):  # nothing is read back
             self._last, self._original, self._sent, why = None, 0, 0, "cold cache"
@@ -74,18 +78,14 @@ class Meter:
             common = extra + sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
             ours = pricing.call(sent, min(sent, max(0, common)))
         self._last, self._original, self._sent = ctx, original, sent
-        return Charge(ours, passthrough, _usd(ours, model, pricing, sent), _usd(passthrough, model, pricing, original),
-                      why)
+        return Charge(ours, passthrough, usd(ours, model, pricing, sent), usd(passthrough, model, pricing, original),
+                      why, None if pricing.model else f"{pricing.name} family's")
 
 
-def _usd(cost: float, model: str, pricing: CachePricing, size: int) -> float | None:
-    """`cost` base-input tokens in dollars: an uncached token's price in a request of `size`
-    tokens (the request's own: a long-context tier starts at a prompt's size, and pricing a
-    million-token request put every request of Claude Sonnet in it, at twice the price) times
-    the cost."""
-    size = max(1, size)
-    whole = dollars(Bill(size, 0, 0, size), model, pricing)
-    return None if whole is None else whole / size * cost
+def rules(vision: str, model: str, ttl: TTL = "5m") -> CachePricing:
+    """The cache a request of `model` priced by `vision` meets: its family's mechanics at the
+    model's own prices."""
+    return for_model(pricing_for(vision), model, ttl)
 
 
 # Counts an upstream reports are taken as fact only within these: a token costs a request at
@@ -102,15 +102,20 @@ class Usage:
 
     input: int = 0  # uncached input (Anthropic: after the last breakpoint)
     cache_read: int = 0
-    cache_write: int = 0
+    cache_write: int = 0  # every write, the 1-hour ones included
     output: int = 0
     doubt: str | None = None
+    cache_write_1h: int = 0  # of `cache_write`, those asked to live an hour (Anthropic's `"ttl": "1h"`)
 
     def cost(self, pricing: CachePricing) -> float:
-        return self.input + pricing.read * self.cache_read + pricing.write * self.cache_write
+        """In base-input tokens at `pricing`'s multipliers (a model's own: `money.for_model`)."""
+        hour = min(self.cache_write_1h, self.cache_write)
+        return (self.input + pricing.read * self.cache_read + pricing.write * (self.cache_write - hour)
+                + (pricing.write_1h or pricing.write) * hour)
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if k != "doubt" or v is not None})
+        return json.dumps({k: v for k, v in asdict(self).items()
+                           if (k != "doubt" or v is not None) and (k != "cache_write_1h" or v)})
 
     def doubted(self, carried: int | None) -> str | None:
         """Why these counts are not fact for a request of `carried` bytes (None: they are)."""
@@ -128,9 +133,10 @@ def usage_record(usage: Usage | None, vision: str, model: str, carried: int | No
     doubt = usage.doubted(carried)
     if doubt is None:
         try:
-            pricing = pricing_for(vision)
+            pricing = rules(vision, model)
             billed = usage.cost(pricing)
-            bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed)
+            bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed, min(usage.cache_write_1h,
+                                                                                      usage.cache_write))
             return {"usage": usage.to_json(), "billed": billed, "billed_usd": dollars(bill, model, pricing)}
         except (ValueError, ArithmeticError) as exc:  # the price library's word on counts it will not price
             doubt = f"not priced: {str(exc)[:80]}"
@@ -162,8 +168,10 @@ def usage_of(api: str, body: Any) -> Usage | None:
         return value
 
     if api == "anthropic":
+        split = u.get("cache_creation")  # by lifetime: ephemeral_5m_input_tokens, ephemeral_1h_input_tokens
+        hour = n("ephemeral_1h_input_tokens", split) if isinstance(split, dict) else 0
         usage = Usage(n("input_tokens"), n("cache_read_input_tokens"), n("cache_creation_input_tokens"),
-                      n("output_tokens"))
+                      n("output_tokens"), cache_write_1h=hour)
     else:
         details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
         cached = n("cached_tokens", details) if isinstance(details, dict) else 0

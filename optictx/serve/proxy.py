@@ -18,18 +18,20 @@ from ..cost import get_cost_model, vision_of_model
 from ..errors import BudgetError, TurnTooLargeError
 from ..limits import Limits
 from ..memory import Memory
+from ..money import TTL
 from ..recall import spans_of
 from ..tools import ABOUT
 from ..turns import Turn
 from ..words import first_said, keep
 from .answers import FALLBACKS
+from .anthropic_api import ttl
 from .config import ServeConfig
 from .conversations import Conversation, Conversations, tenant_of
 from .dialect import MENTION, ApiError, Dialect, Front, Parsed
 from .drawahead import DrawAhead
 from .instructions import MAX_PAGES, Instructions
 from .ledger import Ledger, Sent
-from .meter import Charge
+from .meter import Charge, rules
 from .shelf import shelf_for
 
 log = logging.getLogger("optictx.serve")
@@ -58,7 +60,8 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     (token counting) leaves the plan state as it was; `at`: the request's time (default now);
     `front`: the instructions drawn on pages (`--image-instructions`)."""
     ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
-                         tools=recall_tools(parsed.body.get("tools"), lambda: parsed.mentions))
+                         tools=recall_tools(parsed.body.get("tools"), lambda: parsed.mentions),
+                         pricing=rules(vision, parsed.model, ttl_of(dialect, parsed)))
     return dialect.upstream_body(parsed, ctx, front), ctx
 
 
@@ -105,6 +108,11 @@ def overhead(memory: Memory, parsed: Parsed) -> int:
     every request as they came, and take their room from the budget first."""
     tools = parsed.body.get("tools")
     return memory.tokenizer.count(json.dumps(tools, ensure_ascii=False)) if isinstance(tools, list) and tools else 0
+
+
+def ttl_of(dialect: Dialect, parsed: Parsed) -> TTL:
+    """The cache lifetime a request's breakpoints ask for (only Anthropic's may ask an hour)."""
+    return ttl(parsed.body) if dialect.name == "anthropic" else "5m"
 
 
 def front_of(parsed: Parsed) -> str:
@@ -279,10 +287,10 @@ class Proxy:
             self._shown(conv, fitted.context)
             sent = fitted.sent
             charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at,
-                                       front_of(parsed))
+                                       front_of(parsed), ttl_of(dialect, parsed))
             return replace(fitted, charge=charge, sent=replace(
                 sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
-                passthrough_usd=charge.passthrough_usd, why=charge.why))
+                passthrough_usd=charge.passthrough_usd, why=charge.why, prices=charge.prices))
         finally:
             conv.lock.release()
             self.drawahead.after(conv)
