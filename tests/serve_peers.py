@@ -61,7 +61,7 @@ class Upstream:
     #   answers to requests that offer that tool are these tool_use blocks (name, input, or a function of
     #   the request that gives the input), streamed
     lock: threading.Lock = field(default_factory=threading.Lock)
-    cache: Any = None  # an `anthropic_cache.AnthropicCache`: Messages answers report usage by its rules
+    cache: Any = None  # a `provider_cache.AnthropicCache` or `OpenAICache`: answers report usage by its rules
 
     @property
     def openai_url(self) -> str:
@@ -178,22 +178,24 @@ def _anthropic_tool_use(model: str, n: int, name: str, args: dict[str, Any], raw
             event("message_stop", {})]
 
 
-def _responses_answer(model: str, text: str) -> dict[str, Any]:
+def _responses_answer(model: str, text: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
                "content": [{"type": "output_text", "text": text, "annotations": []}]}
     return {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": model,
             "output": [message] if text else [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": {"input_tokens": 2100, "input_tokens_details": {"cached_tokens": 1920}, "output_tokens": 11,
-                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2111}}
+            "usage": usage or {"input_tokens": 2100, "input_tokens_details": {"cached_tokens": 1920},
+                               "output_tokens": 11, "output_tokens_details": {"reasoning_tokens": 0},
+                               "total_tokens": 2111}}
 
 
-def _responses_call(model: str, n: int, name: str, arguments: str) -> dict[str, Any]:
+def _responses_call(model: str, n: int, name: str, arguments: str, usage: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
     """An answer that asks for a function call, after an encrypted reasoning item."""
     reasoning = {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAA-{n}-" + "e" * 80}
     space, _, name = name.rpartition("/")  # "NAMESPACE/NAME": a tool of a namespace (Codex's MCP servers)
     call = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": name, "arguments": arguments,
             "status": "completed", **({"namespace": space} if space else {})}
-    return {**_responses_answer(model, ""), "output": [reasoning, call]}
+    return {**_responses_answer(model, "", usage), "output": [reasoning, call]}
 
 
 def _sse(n: Any, kind: str, data: dict[str, Any]) -> bytes:
@@ -210,14 +212,14 @@ def _responses_call_events(done: dict[str, Any]) -> list[bytes]:
             _sse(n, "response.completed", {"response": done})]
 
 
-def _responses_events(model: str, text: str) -> list[bytes]:
+def _responses_events(model: str, text: str, usage: dict[str, Any] | None = None) -> list[bytes]:
     """The Responses API's stream: created, the message's item and part, text deltas, and
     response.completed with the usage."""
     n = iter(range(10**6))
 
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return _sse(n, kind, data)
-    done = _responses_answer(model, text)
+    done = _responses_answer(model, text, usage)
     item, part = done["output"][0], done["output"][0]["content"][0]
     start = {**done, "status": "in_progress", "output": [], "usage": None}
     words = [text[i:i + 6] for i in range(0, len(text), 6)]
@@ -300,7 +302,8 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                     name, arguments = state.calls.pop(0)
                     number = len(state.arrivals)
                 arguments = arguments(body) if callable(arguments) else arguments  # made from the request
-                done = _responses_call(model, number, name, arguments)
+                done = _responses_call(model, number, name, arguments,
+                                       state.cache.usage(body, time.time()) if state.cache is not None else None)
                 if body.get("stream"):
                     self._send(200, b"".join(_responses_call_events(done)), kind="text/event-stream")
                 else:
@@ -309,9 +312,9 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
             answer, events = {"/v1/messages": (_anthropic_answer, _anthropic_events),
                               "/v1/responses": (_responses_answer, _responses_events)}.get(
                 path, (_openai_answer, _openai_events))
-            if path == "/v1/messages" and state.cache is not None:
+            if path in ("/v1/messages", "/v1/responses") and state.cache is not None:
                 usage = state.cache.usage(body, time.time())
-                answer, events = (partial(_anthropic_answer, usage=usage), partial(_anthropic_events, usage=usage))
+                answer, events = partial(answer, usage=usage), partial(events, usage=usage)
             if not body.get("stream"):
                 whole = state.whole_body or json.dumps(answer(model, state.reply)).encode()
                 self._send(200, whole, {"x-request-id": "req-upstream-1"})

@@ -21,6 +21,7 @@ from optictx.handles import ALPHABET, LENGTH  # noqa: E402
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
+from provider_cache import OpenAICache  # noqa: E402
 from serve_peers import Proxy, start_upstream, stop_upstream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +56,6 @@ def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     from optictx.eval.requests import client_body
     from optictx.eval.sessions import load_session
 
-    from serve_peers import _responses_answer
-
     [rollout] = (home / "sessions").glob("*/*/*/rollout-*.jsonl")
     session = load_session(rollout)
     assert len(session.calls) == len(bodies)
@@ -70,7 +69,21 @@ def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     assert main(["bill", str(rollout), "--json"]) == 0
     bill = json.loads(capsys.readouterr().out.splitlines()[0])
     assert bill["requests"] == len(bodies) and bill["provider"] == "openai:gpt-5"
-    assert bill["billed_tokens"] == len(bodies) * _responses_answer("m", "")["usage"]["input_tokens"]
+    reported = OpenAICache()  # what the upstream reported for each request, as it counted it
+    assert bill["billed_tokens"] == sum(reported.usage(b, 0.0)["input_tokens"] for b in bodies)
+
+
+def _bill_agrees_with_the_proxy(home: Path, recorded: list[dict]) -> None:
+    """`optictx bill` replays the rollout of a session that went through the proxy: its "through
+    optictx" is within 5% of what the upstream billed through the proxy, as the proxy recorded
+    it (the oracle: the usage in the proxy's ledger, priced at the model's prices)."""
+    from optictx.eval.bill import replay
+    from optictx.eval.sessions import load_session
+
+    [rollout] = (home / "sessions").glob("*/*/*/rollout-*.jsonl")
+    bill = replay(load_session(rollout), "openai:gpt-5", gap=1.0, budget=16_000)
+    ours, theirs = [r.optictx_cost for r in bill.rows], [r["billed"] for r in recorded]
+    assert sum(ours) == pytest.approx(sum(theirs), rel=0.05)
 
 
 def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(tmp_path, capsys):
@@ -82,6 +95,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         pytest.skip(f"Codex CLI at {codex} does not run here: {(version.stderr or version.stdout)[-300:]}")
     upstream, server = start_upstream()
     upstream.calls = [("exec_command", json.dumps({"cmd": f"seq {k} {k + 500}"})) for k in range(CALLS)]
+    upstream.cache = OpenAICache()  # usage as OpenAI counts it: the rollout records it, the bill reads it
     proxy = Proxy(ServeConfig(upstream=upstream.openai_url, vision="auto", budget=16_000, keep_recent=4))
     try:
         run = run_codex(codex, tmp_path, proxy.url)
@@ -112,6 +126,7 @@ def test_a_codex_session_through_the_proxy_is_one_conversation_that_compresses(t
         events = [r["event"] for r in proxy.proxy.ledger.requests(tenant, conversations[0]["id"])]
         assert events[0] == "verbatim" and "append" in events[1:] and "forced" in events
         _bill_reads_the_rollout(tmp_path, bodies, capsys)
+        _bill_agrees_with_the_proxy(tmp_path, proxy.proxy.ledger.requests(tenant, conversations[0]["id"]))
     finally:
         proxy.stop()
         stop_upstream(server)

@@ -1,5 +1,5 @@
 """The money the proxy shows is the money the provider charges: a conversation through the
-proxy against an upstream that reports usage as Anthropic counts it (`anthropic_cache.py`, from
+proxy against an upstream that reports usage as Anthropic counts it (`provider_cache.py`, from
 Anthropic's documented rules), priced at the model's listed prices (genai-prices' data), beside
 the same requests sent as they came to a second such upstream. The oracles are those two
 upstreams' usage and the listed prices, never the proxy's meter."""
@@ -17,7 +17,7 @@ pytestmark = [needs("starlette", "serve"), needs("uvicorn", "serve"), needs("htt
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import tenant_of  # noqa: E402
 
-from anthropic_cache import AnthropicCache  # noqa: E402
+from provider_cache import AnthropicCache  # noqa: E402
 from serve_peers import Proxy, start_upstream, stop_upstream, to_anthropic_messages  # noqa: E402
 
 anthropic = pytest.importorskip("anthropic")

@@ -57,8 +57,9 @@ def _tokens(block: Any, cost: CostModel) -> int:
         source = block.get("source") or {}
         size = _image_size(source.get("data", "")) if source.get("type") == "base64" else UNKNOWN_SIZE
         return cost.image_tokens(Tier.GUNDAM, size)
-    if kind == "image_url":
-        url = (block.get("image_url") or {}).get("url", "")
+    if kind in ("image_url", "input_image"):  # Chat Completions nests the URL; the Responses API does not
+        url = block.get("image_url")
+        url = url.get("url", "") if isinstance(url, dict) else url if isinstance(url, str) else ""
         size = _image_size(url.split(",", 1)[1]) if url.startswith("data:") and "," in url else UNKNOWN_SIZE
         return cost.image_tokens(Tier.GUNDAM, size)
     if kind == "tool_result":

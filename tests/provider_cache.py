@@ -1,7 +1,10 @@
-"""Anthropic's prompt cache as its documentation states it, for a test upstream that reports
-usage the way Anthropic counts it: the oracle the proxy's modeled bill is held to, written from
-the documented rules (platform.claude.com, "Prompt caching" and "Images and vision"), never from
-optictx's own model of them (`optictx.promptcache`).
+"""Anthropic's and OpenAI's prompt caches as their documentation states them, for a test upstream
+that reports usage the way each provider counts it: the oracle the proxy's modeled bill and
+`optictx bill` are held to, written from the documented rules (platform.claude.com, "Prompt
+caching" and "Images and vision"; developers.openai.com, "Prompt caching" and "Images and
+vision"), never from optictx's own model of them (`optictx.promptcache`).
+
+Anthropic (`AnthropicCache`):
 
 - A request is its tools, then its system blocks, then its messages' content blocks, in order.
 - A breakpoint is a block with `cache_control` (a top-level `cache_control` marks the last block).
@@ -12,6 +15,12 @@ optictx's own model of them (`optictx.promptcache`).
 - Text is counted with cl100k_base (the proxy's counter: the counts are not what is tested, the
   cache and the prices are); an image is w*h/750 tokens after its downscale to a 1568-px long
   edge and 1.15 megapixels.
+
+OpenAI (`OpenAICache`, the Responses API): a prompt of at least 1,024 tokens reads the longest
+prefix of it seen in the last minutes, in 128-token steps from 1,024; nothing is billed for
+writing. Its prompt is its tools, its instructions, then its input items, each counted by what
+the model reads of it (cl100k_base), an image by 85 + 170 a 512-px tile after its fit into
+2048 px and a 768-px short side.
 """
 
 from __future__ import annotations
@@ -116,3 +125,55 @@ class AnthropicCache:
         return {"input_tokens": total - read - written, "cache_read_input_tokens": read,
                 "cache_creation_input_tokens": written,
                 "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
+
+
+def openai_image_tokens(w: int, h: int) -> int:
+    s = min(1.0, 2048 / max(w, h))
+    w2, h2 = w * s, h * s
+    s = min(1.0, 768 / min(w2, h2))
+    return 85 + 170 * math.ceil(w2 * s / 512) * math.ceil(h2 * s / 512)
+
+
+def _item_tokens(item: Any) -> int:
+    """What the model reads of an input item: a message's text parts and images (by their
+    tiles), a call's name and arguments, a call's output, reasoning; a tool or the instructions
+    as JSON."""
+    count = get_tokenizer().count
+    if isinstance(item, str):
+        return count(item)
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, list):
+        return sum(openai_image_tokens(*_size(p["image_url"].split(",", 1)[1])) if p.get("type") == "input_image"
+                   else count(p.get("text", "")) for p in content)
+    if isinstance(content, str):
+        return count(content)
+    kind = item.get("type")
+    if kind == "function_call":
+        return count(item.get("name", "") + item.get("arguments", ""))
+    if kind == "function_call_output":
+        output = item.get("output")
+        return count(output if isinstance(output, str) else json.dumps(output))
+    return count(json.dumps(item))
+
+
+class OpenAICache:
+    """One account's automatic cache: `usage(body, now)` is what the Responses API reports."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def usage(self, body: dict[str, Any], now: float) -> dict[str, Any]:
+        items = [*(body.get("tools") or []), body.get("instructions") or "", *body.get("input", [])]
+        h, total, prefixes = hashlib.sha256(), 0, []
+        for item in items:
+            h.update(json.dumps(item, sort_keys=True).encode())
+            total += _item_tokens(item)
+            prefixes.append((h.copy().hexdigest(), total))
+        with self.lock:
+            hit = max((t for d, t in prefixes if self.seen.get(d, -1.0) >= now), default=0)
+            for d, _ in prefixes:
+                self.seen[d] = now + 300.0
+        cached = 0 if total < 1024 or hit < 1024 else hit - hit % 128
+        return {"input_tokens": total, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": 11,
+                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": total + 11}
