@@ -10,6 +10,8 @@ set up, each priced by the provider's prompt-cache rules (requests 60 s apart; `
 Each request is priced at its model's own cache prices (genai-prices' data: Claude Opus 5.5
 reads its cache at 0.05x, older Claude models at 0.1x), and the planner decides at those prices.
 `--model NAME`: every session sent as that model (default: the model each was recorded with).
+`--decide-at family`: the planner decides at the family's usual multipliers (as before), the bill
+still at the model's prices: what deciding at the model's own prices changes.
 
 `--pages before`: optictx with the pages as they were before "Pages that keep a program's shape"
 (1280-px pages of 22-character columns cut at a column's last character, 8-bit PNG), for a
@@ -72,6 +74,15 @@ def _pages(render: Any = None) -> None:
         images.ENCODING.update({"format": "PNG", "compress_level": 1})
         optictx.export.MEDIA_TYPE = "image/png"  # type: ignore[misc]
     optictx.memory.as_render = lambda given, vision=None, budget=None: given or render  # type: ignore[assignment]
+
+
+def _family_decides() -> None:
+    """The proxy's planner at each family's usual multipliers, in this process and its workers."""
+    import optictx.serve.proxy as proxy
+    from optictx.money import for_model
+    from optictx.promptcache import pricing_for
+
+    proxy.rules = lambda vision, model, ttl="5m": for_model(pricing_for(vision), None, ttl)  # type: ignore[assignment]
 
 
 def _lindy(files: list[str]) -> float:
@@ -189,7 +200,12 @@ def main() -> None:
     ap.add_argument("--rule", choices=["today", "lindy"], default="today", help="the paid-compaction rule")
     ap.add_argument("--halves", action="store_true", help="totals over even- and odd-numbered sessions too")
     ap.add_argument("--model", help="every session sent as this model, at its prices (default: each one's own)")
+    ap.add_argument("--decide-at", choices=["model", "family"], default="model",
+                    help="the prices the planner decides at: the model's own (default, as the proxy does) or its "
+                    "family's usual multipliers (as before per-model prices; the bill is at the model's either way)")
     args = ap.parse_args()
+    if args.decide_at == "family":
+        _family_decides()
     if args.rule == "lindy":
         files = [str(p) for corpus in args.corpora for p in Path(corpus).glob("*.jsonl")]
         print(f"Lindy prior: alpha {_lindy(files):.3f}, fitted on the even-numbered sessions' lengths")

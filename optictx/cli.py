@@ -9,13 +9,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .budget import Budget
 from .cost import COST_MODELS
 from .errors import ConfigError, OptictxError
-from .eval.bill import gaps_arg, risk_arg
+from .eval.bill import gaps_arg, risk_arg, since_arg
 from .handles import key_for
 from .io import read_jsonl
 from .memory import Memory
@@ -298,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "default 0.1)")
     bill.add_argument("--image-instructions", action="store_true", help="the proxy's --image-instructions: the "
                       "system prompt's prose and the tools' descriptions drawn on pages")
+    bill.add_argument("--since", type=since_arg, help="in a folder, only sessions written since: a date "
+                      "(2026-12-01) or days back (7d)")
+    bill.add_argument("--proxied", choices=["auto", "yes", "no"], default="auto", help="whether the sessions went "
+                      "through optictx, so that what the provider billed was optictx's requests (auto: a Codex "
+                      "rollout whose model provider is named optictx)")
     bill.add_argument("--requests", action="store_true", help="print every request, not only each session")
     bill.add_argument("--json", action="store_true", help="one JSON object per session, then the totals")
     bill.set_defaults(func=cmd_bill)
@@ -318,7 +324,7 @@ def cmd_bill(args: argparse.Namespace) -> int:
     need("starlette", "serve")
     from .eval.bill import replay, report, sessions
 
-    found = list(sessions(args.sessions))
+    found = list(sessions(args.sessions, args.since))
     for provider in args.provider or [None]:
         bills = []
         with Bar(sum(len(s.calls) for s in found), f"bill {provider or 'each'}", "request") as bar:  # one may be long
@@ -326,6 +332,7 @@ def cmd_bill(args: argparse.Namespace) -> int:
                 b = replay(session, provider or session.provider, budget=args.budget, gap=args.gap_seconds,
                            vision=args.vision, risk=args.risk, image_instructions=args.image_instructions,
                            done=bar.update)
+                b = b if args.proxied == "auto" else replace(b, proxied=args.proxied == "yes")
                 bills.append(b)
                 print(b.as_json(args.requests) if args.json else b.text(args.requests), flush=True)
         total = report(bills)

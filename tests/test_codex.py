@@ -69,6 +69,7 @@ def _bill_reads_the_rollout(home: Path, bodies: list[dict], capsys) -> None:
     assert main(["bill", str(rollout), "--json"]) == 0
     bill = json.loads(capsys.readouterr().out.splitlines()[0])
     assert bill["requests"] == len(bodies) and bill["provider"] == "openai:gpt-5"
+    assert bill["proxied"] is True  # its model provider is named optictx: the usage is optictx's requests'
     reported = OpenAICache()  # what the upstream reported for each request, as it counted it
     assert bill["billed_tokens"] == sum(reported.usage(b, 0.0)["input_tokens"] for b in bodies)
 

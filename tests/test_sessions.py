@@ -88,3 +88,52 @@ def test_a_codex_rollout_that_reports_more_cached_than_its_prompt_is_refused(tmp
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(ConversationFileError, match="line 3: payload.usage.cached_input_tokens"):
         load_session(path)
+
+
+def _rollout(path, provider: str, text: str = "go") -> None:
+    records = [{"type": "session_meta", "payload": {"model_provider": provider, "base_instructions": {"text": "be"}}},
+               {"type": "turn_context", "payload": {"model": "gpt-5"}},
+               {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": text}]}},
+               {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                                     "content": [{"type": "output_text", "text": "ok"}]}},
+               {"type": "token_usage_record", "payload": {"usage": {"input_tokens": 1500, "cached_input_tokens": 0}}}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_client_s_whole_store_is_walked_newest_first_and_since_a_day(tmp_path, capsys):
+    """`optictx bill ~/.codex/sessions` (or `~/.claude/projects`): every session under it, the
+    newest first; `--since` leaves out those last written before; a file there that is no
+    session is skipped, where one named is an error."""
+    from optictx.eval.sessions import session_files
+
+    root = tmp_path / "sessions"
+    old, new = root / "2026" / "11" / "02" / "rollout-a.jsonl", root / "2026" / "12" / "06" / "rollout-b.jsonl"
+    _rollout(old, "openai")
+    _rollout(new, "openai")
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    (root / "notes.jsonl").write_text("not a session\n")
+    os.utime(root / "notes.jsonl", (1_600_000_000, 1_600_000_000))
+    assert session_files(root) == [new, old, root / "notes.jsonl"]
+    assert main(["bill", str(root), "--json"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o.get("session") for o in out[:-1]] == ["rollout-b", "rollout-a"] and out[-1]["sessions"] == 2
+    assert main(["bill", str(root), "--since", "2026-01-01", "--json"]) == 0
+    assert [json.loads(line).get("session") for line in capsys.readouterr().out.splitlines()][:-1] == ["rollout-b"]
+    assert main(["bill", str(root / "notes.jsonl")]) == 2
+    with pytest.raises(SystemExit):
+        main(["bill", str(root), "--since", "nonsense"])
+    assert "a date (2026-12-01) or days back (7d)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("provider", "flag", "through"), [("optictx", "auto", True), ("openai", "auto", False),
+                                                           ("openai", "yes", True), ("optictx", "no", False)])
+def test_a_session_that_went_through_optictx_has_its_bill_said_so(tmp_path, capsys, provider, flag, through):
+    """What the provider billed a session that went through the proxy was optictx's requests:
+    said as "billed through optictx", never "as it came"."""
+    path = tmp_path / "rollout.jsonl"
+    _rollout(path, provider)
+    assert main(["bill", str(path), "--proxied", flag]) == 0
+    out = capsys.readouterr().out
+    assert ("billed through optictx" in out) == through and ("billed as it came" in out) == (not through)

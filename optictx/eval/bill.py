@@ -69,6 +69,7 @@ class SessionBill:
     billed_cost: float | None  # what the provider billed the recorded session, base-input tokens
     dollars: tuple[float | None, float | None] = (None, None)  # (pass-through, optictx)
     billed_tokens: int | None = None  # the prompt tokens the provider reported over the session's calls
+    proxied: bool = False  # the session went through optictx: what the provider billed is optictx's requests
 
     @property
     def passthrough(self) -> float:
@@ -89,7 +90,7 @@ class SessionBill:
         the rest: what the provider read from its cache and wrote to it where the replay's model
         of its rules says otherwise (a pause, an eviction, a breakpoint placed another way)."""
         tokens = sum(r.passthrough_tokens for r in self.rows)
-        if self.billed_cost is None or not self.billed_tokens or not tokens:
+        if self.billed_cost is None or not self.billed_tokens or not tokens or self.proxied:
             return None
         scaled = self.passthrough * self.billed_tokens / tokens
         return {"counting": round(self.passthrough - scaled), "cache": round(scaled - self.billed_cost)}
@@ -107,7 +108,8 @@ class SessionBill:
                 "optictx_tokens": sum(r.optictx_tokens for r in self.rows),
                 "passthrough_cost": round(self.passthrough), "optictx_cost": round(self.optictx),
                 "ratio": round(self.ratio, 3), "billed_cost": None if self.billed_cost is None else
-                round(self.billed_cost), "billed_tokens": self.billed_tokens, "gap": self.gap(),
+                round(self.billed_cost), "billed_tokens": self.billed_tokens, "proxied": self.proxied,
+                "gap": self.gap(),
                 "dollars": self.dollars, "events": events}
 
 
@@ -126,7 +128,10 @@ class SessionBill:
         line = (f"{self.provider} {s['session']}: {s['requests']} requests, cost {s['passthrough_cost']} -> "
                 f"{s['optictx_cost']} ({s['ratio']:.2f}x){dollars}, tokens {s['passthrough_tokens']} -> "
                 f"{s['optictx_tokens']}, events {s['events']}")
-        if s["billed_cost"] is not None:
+        if s["billed_cost"] is not None and self.proxied:  # the provider billed optictx's requests
+            line += (f"\n  billed through optictx {s['billed_cost']} ({s['billed_tokens']} prompt tokens reported); "
+                     f"the replay's through optictx is {s['optictx_cost'] - s['billed_cost']:+d}")
+        elif s["billed_cost"] is not None:
             line += f"\n  billed as it came {s['billed_cost']} ({s['billed_tokens']} prompt tokens reported)"
             if s["gap"] is not None:
                 line += (f"; the replay's as it came is {s['passthrough_cost'] - s['billed_cost']:+d}: "
@@ -141,6 +146,20 @@ def billed(calls: Sequence[Usage], pricing: CachePricing) -> float | None:
     if not calls:
         return None
     return sum(c["fresh"] + pricing.read * c["read"] + pricing.write * c["written"] for c in calls)
+
+
+def since_arg(text: str) -> float:
+    """`--since`: a date (2026-12-01, midnight UTC) or days back (7d), as seconds since the epoch."""
+    import datetime as dt
+    import time
+
+    try:
+        if text.endswith("d"):
+            return time.time() - 86400 * float(text[:-1])
+        day = dt.date.fromisoformat(text)
+        return dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a date (2026-12-01) or days back (7d): got {text[:40]!r}") from None
 
 
 def gaps_arg(text: str) -> tuple[float, ...]:
@@ -220,7 +239,8 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
     money = (round(spend[0], 4), round(spend[1], 4)) if any(spend) else (None, None)
     recorded = session.billed if session.provider.split(":")[0] == provider.split(":")[0] else []
     return SessionBill(session.name, provider, rows, billed(recorded, pricing), money,
-                       sum(c["prompt"] for c in recorded) if recorded else None)
+                       sum(c["prompt"] for c in recorded) if recorded else None,
+                       proxied=native is not None and native.via.lower() == "optictx")
 
 
 class _Steps:

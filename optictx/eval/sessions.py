@@ -24,6 +24,7 @@ the field.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ from typing import Any, Literal
 from ..errors import ConversationFileError
 from ..io import lines, read_jsonl
 from ..tokens import get_tokenizer
+
+log = logging.getLogger("optictx.bill")
 
 MAX_COUNT = 10**9  # tokens one call can report; more is a damaged file
 Api = Literal["anthropic", "responses"]
@@ -46,6 +49,7 @@ class Native:
     api: Api
     head: dict[str, Any]
     items: list[dict[str, Any]] = field(repr=False)
+    via: str = ""  # where the client says it sent them (Codex's `model_provider`)
 
     @property
     def model(self) -> str:
@@ -191,11 +195,14 @@ def codex_rollout(path: Path) -> tuple[Native, list[int], list[Usage]]:
     calls: list[int] = []
     billed: list[Usage] = []
     head: dict[str, Any] = {}
+    via = via_default = ""
     answering = False  # the model's items of one response are coming in
     for n, record in records(path):
         at = _Where(path, n)
         kind, payload = record.get("type"), record.get("payload")
         if kind == "session_meta":
+            via = payload.get("model_provider") if isinstance(payload, dict) else None
+            via = via if isinstance(via, str) else via_default
             base = at.obj(payload, "payload").get("base_instructions")
             text = base.get("text") if isinstance(base, dict) else base
             if isinstance(text, str) and not items:
@@ -224,7 +231,7 @@ def codex_rollout(path: Path) -> tuple[Native, list[int], list[Usage]]:
     if not calls:
         raise ConversationFileError(f"{path}: no response recorded: no call to replay")
     calls = calls[: len(billed)] if len(billed) < len(calls) else calls  # a call cut off before its usage
-    return Native("responses", head, items), calls, billed[: len(calls)]
+    return Native("responses", head, items, via[:64]), calls, billed[: len(calls)]
 
 
 @dataclass(frozen=True)
@@ -296,10 +303,31 @@ def usage_sidecar(path: Path, messages: int) -> tuple[list[int], list[Usage]]:
     return out, billed
 
 
-def sessions(paths: Iterable[str | Path]) -> Iterator[Session]:
-    for p in paths:
-        p = Path(p)
-        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
-        if not files:
-            raise ConversationFileError(f"{p}: no .jsonl sessions there")
-        yield from (load_session(f) for f in files)
+def session_files(path: str | Path, since: float | None = None) -> list[Path]:
+    """The session files at `path`: a file itself; a folder walked through (a client's whole
+    store: `~/.claude/projects`, `~/.codex/sessions`), newest first, those last written before
+    `since` (seconds since the epoch) left out."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return [p]
+    found = [(f.stat().st_mtime, f) for f in p.rglob("*.jsonl") if f.is_file()]
+    kept = sorted(((t, f) for t, f in found if since is None or t >= since), reverse=True)
+    if not kept:
+        raise ConversationFileError(f"{p}: no .jsonl sessions there" + (" since then" if found else ""))
+    return [f for _, f in kept]
+
+
+def sessions(paths: Iterable[str | Path], since: float | None = None) -> Iterator[Session]:
+    """The sessions at `paths` (`session_files`). A file named is read or fails; in a folder a
+    file that is no session (another tool's log, a damaged transcript) is skipped, and said in
+    the log."""
+    for path in paths:
+        files = session_files(path, since)
+        walked = Path(path).expanduser().is_dir()
+        for f in files:
+            try:
+                yield load_session(f)
+            except ConversationFileError as exc:
+                if not walked:
+                    raise
+                log.warning("skipped %s: %s", f, exc)
