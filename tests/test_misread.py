@@ -10,6 +10,8 @@ import time
 
 import pytest
 from conftest import needs_tesseract
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optictx import Budget, Memory
 from optictx.tiers import Tier
@@ -133,3 +135,51 @@ def test_the_proxy_records_a_misreading_and_says_it_where_the_answer_is_whole(up
                 assert recorded == [] and header is None
     finally:
         proxy.stop()
+
+
+@given(text=st.text(max_size=3000))
+@settings(max_examples=200, deadline=None)
+def test_a_header_value_is_printable_ascii_and_bounded_whatever_it_quotes(text):
+    """Every HTTP stack takes it (a NUL or a control character lost a paid answer), and it says
+    the text: unescaped, it gives back the text's start."""
+    from optictx.serve.answer import MAX_HEADER, header_value
+
+    value = header_value(text)
+    assert all(" " <= c <= "~" for c in value) and len(value) <= MAX_HEADER
+    plain = "".join(c for c in text if " " <= c <= "~")
+    assert value.startswith(plain[: len(value)]) if plain == text else len(value) >= min(len(text), MAX_HEADER)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\x7f", "\x1b", "\x08", "\u00e9"])
+def test_a_misreading_that_holds_any_character_never_loses_the_answer(upstream, sample, char):
+    """The near-miss a model writes may hold a NUL or a control character: the client still gets
+    its answer, whole and unchanged, and the header that says the misreading is printable ASCII."""
+    openai = pytest.importorskip("openai")
+    from optictx.serve import ServeConfig
+
+    from serve_peers import Proxy
+
+    off = NAME.replace("currency", f"curr{char}ncy")
+    proxy = Proxy(ServeConfig(upstream=upstream.openai_url, budget=3000, keep_recent=4, tenancy="per-key"))
+    try:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="key-a", max_retries=0)
+        upstream.reply = f"I changed `{off}` as asked."
+        raw = client.chat.completions.with_raw_response.create(model="deepseek-ocr", messages=_planted(sample))
+        assert raw.parse().choices[0].message.content == upstream.reply
+        header = raw.headers["x-optictx-misread"]
+        assert header.startswith("1 ") and all(" " <= c <= "~" for c in header), header
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\x7f", "\x1b", "\x08", "\r\n", "\u00e9", "\ud800"])
+def test_the_misread_header_escapes_what_a_near_miss_holds(char):
+    """A near miss a model wrote may hold any character (a URL with a NUL in it): the header
+    says it escaped, in printable ASCII, never raw."""
+    from optictx.misread import Misread
+    from optictx.serve.answer import misread_header
+
+    header = misread_header([Misread(f"https://ci.example.com/b{char}uild/42", "https://ci.example.com/build/42",
+                                     "abcdefghj")] * 3)
+    assert header.startswith("3 ") and all(" " <= c <= "~" for c in header), header
+    assert ascii(char)[1:-1] in header

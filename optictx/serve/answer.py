@@ -82,10 +82,17 @@ def misread_json(found: Sequence[Misread]) -> str | None:
     return json.dumps([{"said": f.said, "likely": f.likely, "page": f.page} for f in found[:MAX_KEPT]])
 
 
-def header_value(text: str) -> str:
-    """`text` as an HTTP header's value can carry it: ASCII, anything else escaped (a reason that
-    quotes a request's text, a model's name, may hold any character)."""
-    return text.encode("ascii", "backslashreplace").decode()
+MAX_HEADER = 1000  # characters of one header's value: a client's limit on all of them is often 8 KiB
+
+
+def header_value(text: str, limit: int = MAX_HEADER) -> str:
+    """`text` as every HTTP stack takes a header's value: printable ASCII, anything else escaped
+    (`\x00`, `\u00e9`), at most `limit` characters. A reason may quote a request's text, a misread
+    string a model's answer, and either may hold any character: a NUL drops the connection (the
+    server's HTTP layer refuses it), a control character fails Node's fetch, and either loses
+    an answer already paid for."""
+    out = "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text[: limit + 1])
+    return out[:limit]
 
 
 def misread_header(found: Sequence[Misread]) -> str:

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..misread import Misread
-from .answer import header_value, misread_header, misread_json
+from .answer import misread_header, misread_json
 from .answers import answered, incident
 from .anthropic_api import ANTHROPIC
 from .config import ServeConfig
@@ -135,7 +135,6 @@ class Server:
                 extra["x-optictx-event"] = fitted.context.event
             if fitted.fallback:
                 extra["x-optictx-fallback"] = fitted.fallback
-            extra = {k: header_value(v) for k, v in extra.items()}
 
             ctx = fitted.context  # the misreading check reads the answer where pages went as images
             reads = ctx is not None and any(p.tier.is_image for p in ctx.pages)
@@ -200,7 +199,7 @@ class Server:
         async def work() -> Response:
             async with self._read(request) as raw:
                 _, fitted = await self.prepare(request, ANTHROPIC, raw, keep=False)
-                vision = {"x-optictx-vision": header_value(fitted.sent.vision)}
+                vision = {"x-optictx-vision": fitted.sent.vision}
                 return await self.upstream(ANTHROPIC).post(_with_query("/v1/messages/count_tokens", request),
                                                            fitted.body, request.headers, False, ANTHROPIC, vision)
 

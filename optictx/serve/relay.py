@@ -15,7 +15,7 @@ import httpx
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from .answer import StreamText, text_of
+from .answer import StreamText, header_value, text_of
 from .dialect import ApiError, Dialect
 from .meter import StreamUsage, Usage, usage_of
 
@@ -90,6 +90,12 @@ def _boundary(data: bytearray, start: int) -> int:
     """Where the last event boundary in `data` at or after `start` ends (0: none there)."""
     ends = [at + len(mark) for mark in (b"\n\n", b"\r\n\r\n") if (at := data.rfind(mark, start)) >= 0]
     return max(ends, default=0)
+
+
+def _ours(headers: Mapping[str, str]) -> dict[str, str]:
+    """The proxy's own headers on an answer, each written as every HTTP stack takes it
+    (`answer.header_value`): the one place they are written."""
+    return {k: header_value(v) for k, v in headers.items()}
 
 
 class Upstream:
@@ -179,7 +185,7 @@ class Upstream:
             r = await self.client.send(request, stream=True)  # read by `_whole` or relayed: never at once
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
-        answer = {**incoming(r.headers), **extra}
+        answer = {**incoming(r.headers), **_ours(extra)}
         if r.is_redirect:
             await r.aclose()
             if done is not None:
@@ -195,7 +201,7 @@ class Upstream:
             if done is not None:
                 usage, text = (await run_in_threadpool(_read, dialect.provider, content) if r.status_code < 400
                                else (None, ""))  # off the event loop: an answer may be large
-                answer.update(await done(usage, r.status_code, text) or {})
+                answer.update(_ours(await done(usage, r.status_code, text) or {}))
             return Response(content, r.status_code, answer)
         return StreamingResponse(self._relay(r, dialect, done, reads), r.status_code, answer)
 
