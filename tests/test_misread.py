@@ -183,3 +183,45 @@ def test_the_misread_header_escapes_what_a_near_miss_holds(char):
                                      "abcdefghj")] * 3)
     assert header.startswith("3 ") and all(" " <= c <= "~" for c in header), header
     assert ascii(char)[1:-1] in header
+
+
+def _prefixed_memory() -> tuple[Memory, list[str]]:
+    """Pages of 400 identifiers sharing a long prefix, each said once and only on a page."""
+    names = [f"reconcile_refunds_by_currency_{k:04d}x" for k in range(400)]
+    mem = Memory(budget=Budget(tokens=1500), keep_recent=2, factsheet=None, key="5eed" * 8, verbatim=False)
+    for i in range(0, len(names), 20):
+        mem.add({"role": "user", "content": "List the helpers."})
+        mem.add({"role": "assistant", "content": "\n".join(f"`{n}`" for n in names[i : i + 20])})
+    for i in range(20):
+        mem.add({"role": "user", "content": f"next step {i}"})
+        mem.add({"role": "assistant", "content": "ok " * 30})
+    return mem, names
+
+
+def test_the_check_is_bounded_in_work_whatever_the_answer_quotes(monkeypatch):
+    """200 quoted near misses of identifiers sharing a prefix (40 s unbounded): the check stops
+    at its bound on edit-distance work, and the answer goes with what it found by then."""
+    import optictx.misread as misread
+
+    mem, names = _prefixed_memory()
+    ctx = mem.context()
+    cells = []
+    real = misread.distance
+    monkeypatch.setattr(misread, "distance", lambda a, b, most: cells.append(len(a) * len(b)) or real(a, b, most))
+    monkeypatch.setattr(misread, "MAX_SECONDS", 1e9)  # the work bound alone
+    answer = " ".join(f"`{n[:-1]}y`" for n in names[:200])
+    found = ctx.check(answer)
+    assert found and sum(cells) <= misread.MAX_CELLS  # flagged some, then stopped
+    assert len(found) < 200
+
+
+def test_the_check_answers_without_the_rest_rather_than_late(monkeypatch, sample):
+    """Past its deadline the check stops where it is: an answer is never held for it."""
+    import optictx.misread as misread
+
+    mem, names = _prefixed_memory()
+    ctx = mem.context()
+    answer = f"I changed `{names[3][:-1]}y`."
+    assert ctx.check(answer)  # a near miss, flagged in time
+    monkeypatch.setattr(misread, "MAX_SECONDS", -1.0)
+    assert ctx.check(answer) == []
