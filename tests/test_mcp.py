@@ -113,3 +113,28 @@ def test_the_caption_names_the_tools_when_the_request_carries_them(personal, ups
     client.chat.completions.create(model="deepseek-ocr", messages=sample[:70])
     plain = str(upstream.last("/v1/chat/completions").body)
     assert "call mcp__optictx__recall" in told and "mcp__optictx__recall" not in plain.replace(str(tools), "")
+
+
+def test_a_stateless_server_opens_no_stream_and_answers_every_call(personal):
+    """GET /mcp would open an event stream that never ends (300 of them were all held): 405. A
+    call whose JSON-RPC id is an object got 202 and was dropped: it is answered, an error."""
+    with httpx.Client(base_url=personal.url, timeout=10) as http:
+        got = http.get("/mcp", headers={"accept": "text/event-stream"})
+        assert got.status_code == 405 and "POST" in got.headers["allow"]
+        call = {"jsonrpc": "2.0", "id": {"an": "object"}, "method": "tools/list"}
+        answer = http.post("/mcp", json=call, headers={"accept": "application/json, text/event-stream"})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600
+        ok = http.post("/mcp", json={**call, "id": 7}, headers={"accept": "application/json, text/event-stream"})
+        assert ok.status_code == 200 and [t["name"] for t in ok.json()["result"]["tools"]] == ["search", "recall"]
+
+
+def test_mcp_bodies_count_among_the_bytes_in_flight(upstream):
+    """An MCP body is held within --max-inflight-bytes like an API request's: over it, 503."""
+    p = Proxy(ServeConfig(upstream=upstream.openai_url, max_inflight_bytes=4096))
+    try:
+        with httpx.Client(base_url=p.url, timeout=10) as http:
+            big = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * 8000}}
+            answer = http.post("/mcp", json=big, headers={"accept": "application/json, text/event-stream"})
+            assert answer.status_code == 503 and "max-inflight-bytes" in answer.json()["error"]["message"]
+    finally:
+        p.stop()

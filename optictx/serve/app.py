@@ -87,7 +87,7 @@ class Server:
                           (("openai", config.upstream), ("anthropic", config.anthropic_upstream)) if url}
         self.inflight = InFlight(config.max_inflight_bytes)
         self.tenants = Tenants(config.tenant_threads, config.lock_wait)
-        self.mcp = McpServer(self.proxy, self.admit)
+        self.mcp = McpServer(self.proxy, self.admit, self.inflight)
 
     def upstream(self, dialect: Dialect) -> Upstream:
         if dialect.provider not in self.upstreams:

@@ -10,6 +10,7 @@ person's on a personal proxy; with a proxy key, the credential it sends, as the 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,11 +18,12 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..errors import need
 from ..tools import ABOUT, SPECS, answer
 from .dialect import ApiError
+from .guards import InFlight, body
 from .proxy import Proxy
 from .recall import TenantRecall
 
@@ -31,7 +33,7 @@ PATH = "/mcp"
 class McpServer:
     """The `/mcp` route and the lifespan its sessions run in."""
 
-    def __init__(self, proxy: Proxy, admit: Callable[[Request], None]) -> None:
+    def __init__(self, proxy: Proxy, admit: Callable[[Request], None], inflight: InFlight | None = None) -> None:
         need("mcp", "serve")
         from mcp import types
         from mcp.server.lowlevel.server import Server
@@ -39,6 +41,7 @@ class McpServer:
         from mcp.server.transport_security import TransportSecuritySettings
 
         self.proxy, self.admit, self._types = proxy, admit, types
+        self.inflight = inflight if inflight is not None else InFlight(proxy.config.max_inflight_bytes)
         server: Any = Server("optictx", instructions=ABOUT, on_list_tools=self._list, on_call_tool=self._call)
         # Hosts and origins are the proxy's own guard's to check (`guards.local_only`), as on its API.
         self.manager = StreamableHTTPSessionManager(
@@ -57,10 +60,25 @@ class McpServer:
         request = Request(scope, receive)
         try:
             self.admit(request)
+            if request.method == "GET":  # stateless: there is no stream the server would send on
+                raise ApiError("this MCP server is stateless: it opens no event stream; POST a JSON-RPC message",
+                               status=405)
+            raw = await body(request, self.proxy.config.max_body_bytes, self.inflight) \
+                if request.method == "POST" else b""
         except ApiError as exc:
-            await JSONResponse({"error": {"message": str(exc), "type": exc.kind}}, exc.status)(scope, receive, send)
+            headers = {"allow": "POST, DELETE"} if exc.status == 405 else {}
+            await JSONResponse({"error": {"message": str(exc), "type": exc.kind}}, exc.status, headers)(
+                scope, receive, send)
             return
-        await self.manager.handle_request(scope, receive, send)
+        try:  # its bytes count among the proxy's in flight until it is answered
+            wrong = _unanswerable(raw)
+            if wrong is not None:
+                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": wrong}},
+                                   400)(scope, receive, send)
+                return
+            await self.manager.handle_request(scope, _replay(raw, receive), send)
+        finally:
+            self.inflight.give(len(raw))
 
     async def _list(self, ctx: Any, params: Any) -> Any:
         t = self._types
@@ -72,3 +90,32 @@ class McpServer:
         target = TenantRecall(self.proxy.conversations, self.proxy.tenant(headers))
         text, error = await anyio.to_thread.run_sync(answer, target, params.name, params.arguments or {})
         return self._types.CallToolResult(content=[self._types.TextContent(type="text", text=text)], is_error=error)
+
+
+def _unanswerable(raw: bytes) -> str | None:
+    """Why a JSON-RPC message could get no answer (an `id` that is neither a string, a number nor
+    null: the SDK accepted such a call and dropped it silently); None where the SDK may judge it."""
+    try:
+        message = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        return None  # the SDK answers a parse error itself
+    for m in message if isinstance(message, list) else [message]:
+        if isinstance(m, dict) and "id" in m and not (m["id"] is None or isinstance(m["id"], str) or (
+                isinstance(m["id"], int | float) and not isinstance(m["id"], bool))):
+            return "Invalid Request: a JSON-RPC id is a string, a number or null"
+    return None
+
+
+def _replay(raw: bytes, then: Receive) -> Receive:
+    """A body already read, handed on as the ASGI message it came in; after it, what the
+    connection says (its client leaving)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return receive
