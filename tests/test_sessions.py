@@ -137,3 +137,37 @@ def test_a_session_that_went_through_optictx_has_its_bill_said_so(tmp_path, caps
     assert main(["bill", str(path), "--proxied", flag]) == 0
     out = capsys.readouterr().out
     assert ("billed through optictx" in out) == through and ("billed as it came" in out) == (not through)
+
+
+@pytest.mark.parametrize(("shape", "field"), [({"system": [5, None]}, "shape.system"),
+                                              ({"system": [{"type": "text", "text": 5}]}, "shape.system"),
+                                              ({"tools": "all of them"}, "shape.tools")])
+def test_a_request_shape_of_the_wrong_kind_is_an_error_naming_it(tmp_path, capsys, shape, field):
+    """A transcript's recorded request whose system prompt or tools are not lists of objects is
+    an error naming the field, never a TypeError traceback."""
+    path = tmp_path / "t.jsonl"
+    records = [{"type": "user", "sessionId": "s", "message": {"role": "user", "content": "hi"}},
+               {"type": "api-request-shape", "shape": shape},
+               {"type": "assistant", "sessionId": "s", "message": {"id": "m", "role": "assistant", "content": "ok",
+                                                                   "usage": {"input_tokens": 3}}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["bill", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and field in err and "line 2" in err
+
+
+def test_a_usage_no_window_holds_asks_no_stand_in_beyond_one(tmp_path):
+    """Every usage field at 10^9 asked a stand-in of 3x10^9 tokens (MemoryError): a stand-in is
+    at most what a window holds."""
+    from optictx.eval.requests import MAX_STAND_IN, filler
+    from optictx.tokens import get_tokenizer
+
+    path = tmp_path / "t.jsonl"
+    usage = {"input_tokens": 10**9, "cache_read_input_tokens": 10**9, "cache_creation_input_tokens": 10**9}
+    records = [{"type": "user", "sessionId": "s", "message": {"role": "user", "content": "hi"}},
+               {"type": "assistant", "sessionId": "s", "message": {"id": "m", "role": "assistant", "content": "ok",
+                                                                   "usage": usage}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    session = load_session(path)
+    assert session.system_tokens > MAX_STAND_IN
+    assert get_tokenizer().count(filler(session.system_tokens)) <= MAX_STAND_IN

@@ -23,9 +23,15 @@ TASK = "(the task, not recorded)"  # a request before any message was recorded
 SO_FAR = "(the conversation so far continues below)"  # Anthropic's first message is the user's
 
 
+# No model's window holds more: a stand-in larger than this comes of a damaged usage record (every
+# field at 10^9 asked for 3x10^9 tokens of text, and died of MemoryError).
+MAX_STAND_IN = 2_000_000
+
+
 def filler(tokens: int) -> str:
     """A stand-in for a system prompt and tool definitions that were not recorded, of about
-    `tokens` cl100k tokens (only its size matters to the bill)."""
+    `tokens` cl100k tokens (only its size matters to the bill), at most `MAX_STAND_IN`."""
+    tokens = min(tokens, MAX_STAND_IN)
     if tokens <= 0:
         return ""
     tok = get_tokenizer()

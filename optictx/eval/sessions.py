@@ -102,6 +102,14 @@ class _Where:
             raise self.fail(name, f"a whole number of tokens from 0 to {MAX_COUNT} is expected")
         return value
 
+    def blocks(self, value: Any, name: str) -> list[dict[str, Any]]:
+        """A request's system blocks or tools: a list of objects (`[5, null]` is no system prompt)."""
+        if not isinstance(value, list) or not all(isinstance(b, dict) for b in value):
+            raise self.fail(name, "a list of objects is expected")
+        if name.endswith("system") and not all(isinstance(b.get("text", ""), str) for b in value):
+            raise self.fail(name, "each system block's text is a string")
+        return value
+
     def message(self, value: Any, name: str) -> dict[str, Any]:
         """An API message: a role and a content of text or a list of blocks (objects with a type)."""
         m = self.obj(value, name)
@@ -138,7 +146,7 @@ def claude_code(path: Path) -> tuple[Native, list[int], list[Usage]]:
             continue
         if kind == "api-request-shape" and not head:
             shape = at.obj(record.get("shape"), "shape")
-            head = {k: shape[k] for k in ("system", "tools") if isinstance(shape.get(k), list)}
+            head = {k: at.blocks(shape[k], f"shape.{k}") for k in ("system", "tools") if shape.get(k) is not None}
         elif kind == "api-request-blob" and record.get("message") is not None:
             blobs[str(record.get("hash"))] = at.message(record["message"], "message")  # stored once, sent often
         elif kind == "api-request" and isinstance(record.get("tail"), list):
