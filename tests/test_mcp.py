@@ -138,3 +138,24 @@ def test_mcp_bodies_count_among_the_bytes_in_flight(upstream):
             assert answer.status_code == 503 and "max-inflight-bytes" in answer.json()["error"]["message"]
     finally:
         p.stop()
+
+
+def test_a_damaged_store_is_an_error_that_names_no_server_path(upstream, sample, tmp_path):
+    """After a restart a page's turns come from its conversation's file: damaged, `recall` says
+    so and what to do, never where the file lies (docs/proxy.md: no error names a server path)."""
+    first = Proxy(ServeConfig(upstream=upstream.openai_url, budget=3000, keep_recent=4, store=tmp_path))
+    try:
+        handle = _sent(first, upstream, sample)[0][0]
+    finally:
+        first.stop()
+    for db in tmp_path.glob("*.db"):
+        if db.name != "optictx-serve.db":  # the ledger stays; the conversation's own file is damaged
+            with open(db, "r+b") as f:
+                f.seek(100)
+                f.write(b"\xff" * 4000)
+    again = Proxy(ServeConfig(upstream=upstream.openai_url, budget=3000, keep_recent=4, store=tmp_path))
+    try:
+        [(text, error)] = _calls(again.url, [("recall", {"page": handle})])
+        assert error and "cannot be read" in text and str(tmp_path) not in text and ".db" not in text, text
+    finally:
+        again.stop()

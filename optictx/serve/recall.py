@@ -8,6 +8,7 @@ conversation's store, the open memory's or, closed, the store on the shelf opene
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..recall import (
 from ..store import Store, open_store
 from .conversations import Conversations
 
+log = logging.getLogger("optictx.serve")
 MAX_CONVERSATIONS = 100  # a search reads at most the tenant's newest this many conversations
 
 
@@ -82,8 +84,17 @@ class TenantRecall:
         try:
             store = open_store(shelf.spec(conversation, self.tenant), create=False)  # type: ignore[arg-type]
         except StoreError as exc:
-            raise RecallError(f"conversation {conversation}: its store cannot be read ({exc})") from None
+            raise _unreadable(conversation, exc) from None
         try:
             yield store
+        except StoreError as exc:  # damaged under the read
+            raise _unreadable(conversation, exc) from None
         finally:
             store.close()
+
+
+def _unreadable(conversation: str, exc: StoreError) -> RecallError:
+    """What the model is told of a store it cannot read: never its path (the log has that)."""
+    log.warning("conversation %s: its store cannot be read: %s", conversation, exc)
+    return RecallError(f"conversation {conversation}: its store cannot be read (damaged or locked; the proxy's log "
+                       "says more)")
