@@ -104,7 +104,7 @@ def test_the_upstream_s_one_hour_writes_are_priced_as_such():
                         "output_tokens": 5}}
     usage = usage_of("anthropic", answer)
     assert usage is not None and usage.cache_write_1h == 2000
-    record = usage_record(usage, "anthropic", "claude-sonnet-4-5", carried=100_000)
+    record = usage_record(usage, "anthropic", "claude-sonnet-4-5", most=100_000)
     p = listed("claude-sonnet-4-5", "anthropic")
     expected = (10 * p.input_mtok + 5000 * p.cache_read_mtok + 1000 * p.cache_write_mtok
                 + 2000 * p.cache_write_1h_mtok) / 1_000_000

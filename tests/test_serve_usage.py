@@ -34,6 +34,8 @@ POISONED = [
     '{"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 11}}',
     '{"prompt_tokens": true, "completion_tokens": true}',
     '{"prompt_tokens": -3, "completion_tokens": 1}',
+    '{"prompt_tokens": 90000, "completion_tokens": 1}',  # a 200-byte request carries no 90,000 tokens
+    '{"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": "lots"}',  # as Anthropic's: doubted
 ]
 
 

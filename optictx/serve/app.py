@@ -27,7 +27,7 @@ from .dashboard import routes as dashboard_routes
 from .dialect import ApiError, Dialect, Parsed
 from .guards import LOCKED, InFlight, allowed, body, framed, headers_bounded, json_typed, local_only, read
 from .mcp import McpServer
-from .meter import Usage, usage_record
+from .meter import Usage, allowance, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
 from .relay import Upstream
@@ -144,7 +144,7 @@ class Server:
                 try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
                     if reads and answer:
                         misread = await run_in_threadpool(ctx.check, answer)  # type: ignore[union-attr]
-                    billed = usage_record(usage, sent.vision, sent.model, len(fitted.body))
+                    billed = usage_record(usage, sent.vision, sent.model, allowance(fitted.body))
                     await run_in_threadpool(self.proxy.ledger.record, replace(
                         sent, status=status, misread=misread_json(misread), **billed))
                 except Exception:

@@ -90,9 +90,17 @@ def rules(vision: str, model: str, ttl: TTL = "5m") -> CachePricing:
 
 # Counts an upstream reports are taken as fact only within these: a token costs a request at
 # least a byte of its body (text, base64), so more input tokens than 4 bytes each of what went up,
-# with room for images sent by URL and what a provider adds, is no count but a fault or a lie.
+# with room for what a provider adds and for images sent by URL (a URL of a few bytes is up to
+# about 2,500 tokens: Claude's 1.15 MP, gpt-4.1-mini's patches), is no count but a fault or a lie.
 MAX_COUNT = 10**10
-SLACK = 100_000
+SLACK = 4096
+PER_IMAGE = 2500
+
+
+def allowance(body: bytes) -> int:
+    """The most input tokens a request body could carry (`Usage.doubted`): every mention of an
+    image counted as an image sent by URL, which overcounts, never under."""
+    return 4 * len(body) + SLACK + PER_IMAGE * body.count(b"image")
 
 
 @dataclass(frozen=True)
@@ -117,20 +125,22 @@ class Usage:
         return json.dumps({k: v for k, v in asdict(self).items()
                            if (k != "doubt" or v is not None) and (k != "cache_write_1h" or v)})
 
-    def doubted(self, carried: int | None) -> str | None:
-        """Why these counts are not fact for a request of `carried` bytes (None: they are)."""
+    def doubted(self, most: int | None) -> str | None:
+        """Why these counts are not fact for a request that could carry `most` input tokens
+        (`allowance`; None: they are)."""
         total = self.input + self.cache_read + self.cache_write
-        if self.doubt is None and carried is not None and total > 4 * carried + SLACK:
-            return f"{total} input tokens reported for a request of {carried} bytes"
+        if self.doubt is None and most is not None and total > most:
+            return f"{total} input tokens reported for a request that could carry at most {most}"
         return self.doubt
 
 
-def usage_record(usage: Usage | None, vision: str, model: str, carried: int | None = None) -> dict[str, Any]:
+def usage_record(usage: Usage | None, vision: str, model: str, most: int | None = None) -> dict[str, Any]:
     """The ledger's fields for what the upstream billed (none when it reported nothing) to a
-    request of `carried` bytes: counts it could not have carried are recorded as not known."""
+    request that could carry at most `most` input tokens (`allowance`): counts it could not
+    have carried are recorded as not known."""
     if usage is None:
         return {}
-    doubt = usage.doubted(carried)
+    doubt = usage.doubted(most)
     if doubt is None:
         try:
             pricing = rules(vision, model)
@@ -174,6 +184,8 @@ def usage_of(api: str, body: Any) -> Usage | None:
                       n("output_tokens"), cache_write_1h=hour)
     else:
         details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+        if not isinstance(details, dict):  # doubted as Anthropic's counts of the wrong kind are
+            doubts.append(f"input_tokens_details {str(details)[:24]}")
         cached = n("cached_tokens", details) if isinstance(details, dict) else 0
         prompt = n("prompt_tokens") if "prompt_tokens" in u else n("input_tokens")
         if cached > prompt:
