@@ -193,3 +193,19 @@ def test_what_the_proxy_does_not_know_reaches_the_upstream_as_it_came(served, ap
             assert _said(piece) in [_said(m) for m in got[field]], piece
         else:
             assert piece in _blocks(got[field]), piece
+
+
+@pytest.mark.parametrize("name", ["mcp__optictx__\nsearch", "mcp__optictx__search\x00", "s" * 70 + "recall"])
+def test_a_tool_name_no_policy_takes_is_relayed_not_refused(served, name):
+    """A tool that looks like ours (our description) but whose name holds a newline, a NUL or is
+    too long got a 400 ("policy tools must be a tuple ..."): the upstream would take it, so the
+    request goes, and the name is not taken for one of ours."""
+    from optictx.tools import ABOUT
+
+    proxy, upstream = served
+    tools = [{"type": "function", "function": {"name": name, "description": ABOUT + " search the pages",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    r = httpx.post(proxy.url + "/v1/chat/completions", timeout=30, json={
+        "model": "gpt-4o", "tools": tools, "messages": [{"role": "user", "content": _text(n)} for n in range(3)]})
+    assert r.status_code == 200, r.text
+    assert upstream.last("/v1/chat/completions").body["tools"] == tools

@@ -66,8 +66,11 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
 
 
 def _ours(spec: Any) -> bool:
+    """A tool this proxy's MCP server gave: its description, and a name a `Policy` takes (a name
+    with a newline is no tool of ours, and must not refuse the request)."""
     return isinstance(spec, dict) and isinstance(spec.get("name"), str) and 0 < len(spec["name"]) <= 64 and \
-        str(spec.get("description", "")).startswith(ABOUT) and spec["name"].endswith(("search", "recall"))
+        spec["name"].isprintable() and str(spec.get("description", "")).startswith(ABOUT) and \
+        spec["name"].endswith(("search", "recall"))
 
 
 def recall_tools(tools: Any, mentions: Callable[[], Iterable[bytes]] = tuple) -> tuple[str, ...]:
@@ -82,8 +85,9 @@ def recall_tools(tools: Any, mentions: Callable[[], Iterable[bytes]] = tuple) ->
         spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
         inner = spec.get("tools") if isinstance(spec, dict) and spec.get("type") == "namespace" else None
         for one, space in ([(i, spec["name"]) for i in inner] if isinstance(inner, list) else [(spec, None)]):
-            if _ours(one):  # a Responses namespace (Codex's MCP servers) calls its tools NAMESPACE.NAME
-                names.append(one["name"] if space is None else f"{str(space)[:40]}.{one['name']}")
+            name = one["name"] if space is None or not _ours(one) else f"{str(space)[:40]}.{one['name']}"
+            if _ours(one) and name.isprintable():  # a Responses namespace (Codex's MCP servers): NAMESPACE.NAME
+                names.append(name)
     if not names:
         found = {(m.group(1), m.group(2)) for m in map(MENTION.fullmatch, mentions()) if m is not None}
         server = min((s for s, tool in found if tool == b"recall" and (s, b"search") in found), default=None)
