@@ -227,7 +227,7 @@ def replay(session: Session, provider: str = "anthropic", *, budget: int | None 
             a, b, fitted, size, client_size = steps.step(k, at)
             ctx = fitted.context
             images = sum(1 for p in ctx.pages if p.tier.is_image) if ctx is not None else 0
-            event = fitted.fallback or (ctx.event if ctx is not None else None) or "-"
+            event = (fitted.fallback or "").split(":", 1)[0] or (ctx.event if ctx is not None else None) or "-"
             rows.append(Row(k, a.tokens, b.tokens, a.cost, b.cost, event, images, len(ctx.gone) if ctx else 0,
                             size, client_size))
             for i, bill in enumerate((a, b)):
@@ -305,7 +305,7 @@ class _Steps:
     def _held(self, fitted: Fitted) -> None:
         """The conversation the next request continues: the one this one went into, unless it
         went as it came outside any (a turn too large to keep, a shape not understood)."""
-        kept = fitted.context is not None or fitted.fallback == "budget"
+        kept = fitted.context is not None or (fitted.fallback or "").startswith("budget")
         self.conversation = fitted.sent.conversation if kept else "-"
 
 

@@ -329,7 +329,8 @@ class Proxy:
             log.warning("conversation %s does not fit %d tokens (%s): sent as it came", conversation, budget, exc)
             record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
                           original, True, {})
-            return Fitted(parsed.raw, record, None, "budget")
+            # Said in the answer, not in the log alone: what does not fit, and by how much.
+            return Fitted(parsed.raw, record, None, f"budget: {str(exc)[:200]}")
         moved = front.moved if front is not None else 0  # the instructions drawn count less than as text
         record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
                       ctx.tokens + extra - moved, ctx.verbatim, tiers_of(ctx), event=ctx.event, budget=ctx.budget.limit,
