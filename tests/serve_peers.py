@@ -62,6 +62,8 @@ class Upstream:
     #   the request that gives the input), streamed
     lock: threading.Lock = field(default_factory=threading.Lock)
     cache: Any = None  # a `provider_cache.AnthropicCache` or `OpenAICache`: answers report usage by its rules
+    refuse_images: int = 0  # an HTTP status: requests that carry an image are refused with it, as a
+    #   provider that stopped taking imaged context did
 
     @property
     def openai_url(self) -> str:
@@ -276,6 +278,10 @@ def start_upstream() -> tuple[Upstream, ThreadingHTTPServer]:
                 state.arrivals.append(Arrival(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
                 fail, state.fail = state.fail, None
                 cut, state.break_stream = state.break_stream, False
+            if state.refuse_images and (b'"image"' in raw or b'"image_url"' in raw or b'"input_image"' in raw):
+                self._send(state.refuse_images, json.dumps({"type": "error", "error": {
+                    "type": "invalid_request_error", "message": "Could not process image"}}).encode())
+                return
             if fail is not None:
                 status, headers = fail
                 self._send(status, json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode(),

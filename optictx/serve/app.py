@@ -30,6 +30,7 @@ from .mcp import McpServer
 from .meter import Usage, allowance, usage_record
 from .openai_api import OPENAI
 from .proxy import Fitted, Proxy
+from .refusals import Refusal
 from .relay import Upstream
 from .responses_api import RESPONSES
 
@@ -138,15 +139,21 @@ class Server:
 
             ctx = fitted.context  # the misreading check reads the answer where pages went as images
             reads = ctx is not None and any(p.tier.is_image for p in ctx.pages)
+            refusal = Refusal(parsed.raw) if reads else None  # refused pages: sent as the client sent it
 
             async def done(usage: Usage | None, status: int, answer: str = "") -> dict[str, str]:
                 misread: list[Misread] = []
+                why = refusal.why if refusal is not None else None
                 try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
-                    if reads and answer:
+                    if why is not None:
+                        self.proxy.refusals.note(sent.model)
+                    elif reads and answer:
                         misread = await run_in_threadpool(ctx.check, answer)  # type: ignore[union-attr]
-                    billed = usage_record(usage, sent.vision, sent.model, allowance(fitted.body))
+                    billed = usage_record(usage, sent.vision, sent.model,
+                                          allowance(parsed.raw if why is not None else fitted.body))
+                    went = {} if why is None else {"cost": sent.passthrough, "cost_usd": sent.passthrough_usd}
                     await run_in_threadpool(self.proxy.ledger.record, replace(
-                        sent, status=status, misread=misread_json(misread), **billed))
+                        sent, status=status, misread=misread_json(misread), refused=why, **went, **billed))
                 except Exception:
                     incident(f"conversation {sent.conversation}: the request's record was not stored",
                              "answer relayed, record lost")
@@ -155,7 +162,7 @@ class Server:
             upstream, target = self.upstream(dialect), _with_query(path, request)
             return await self._relayed(request, lambda: upstream.post(target, fitted.body, request.headers,
                                                                       parsed.stream, dialect, extra, done,
-                                                                      reads=reads), done)
+                                                                      reads=reads, refusal=refusal), done)
 
     async def _relayed(self, request: Request, call: Callable[[], Awaitable[Response]],
                        done: Callable[..., Awaitable[None]]) -> Response:

@@ -47,9 +47,10 @@ CREATE TABLE IF NOT EXISTS {p}pages (
 # The probable misreadings of its pages in the request's answer, as JSON (`answer.misread_json`).
 # What made a request cost more than an append, modeled: a cold cache, the client's own front changed.
 # Whose prices stood in for its model's where genai-prices does not know it (NULL: the model's own).
+# Why the upstream refused the pages, where it did and the request went again as it came.
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
                        "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER",
-                       "misread TEXT", "why TEXT", "prices TEXT"),
+                       "misread TEXT", "why TEXT", "prices TEXT", "refused TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -83,6 +84,7 @@ class Sent:
     misread: str | None = None  # probable misreadings of its pages in the answer, JSON (None: none)
     why: str | None = None  # `meter.Charge.why`
     prices: str | None = None  # `meter.Charge.prices`
+    refused: str | None = None  # why the upstream refused its pages (`refusals.Refusal`): it went as it came
 
 
 _SANE = 10**15  # tokens or dollars of one request above this are no fact (and JSON has no inf)
@@ -185,11 +187,12 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  f"usage, budget, misread, why, prices) VALUES ({', '.join('?' * 24)})",
+                  f"usage, budget, misread, why, prices, refused) VALUES ({', '.join('?' * 25)})",
                   (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
                    sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
                    sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
-                   sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why, sent.prices),
+                   sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why, sent.prices,
+                   _text(sent.refused, 300) if sent.refused else None),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
@@ -214,7 +217,7 @@ class Ledger:
 
     def requests(self, tenant: str, conversation: str) -> list[dict[str, Any]]:
         keys = ("at", "api", "model", "vision", "turns", "original", "sent", "verbatim", "tiers", "status", "event",
-                "why", "prices", *_MONEY, "usage", "misread")
+                "why", "prices", "refused", *_MONEY, "usage", "misread")
         rows = self._run(f"SELECT {', '.join(keys)} FROM {{p}}requests WHERE tenant = ? AND conversation = ? "
                          "ORDER BY id", (tenant, conversation))
         return [{**{k: _sane(v) for k, v in zip(keys, r)}, "verbatim": bool(r[7]), "tiers": json.loads(r[8]),

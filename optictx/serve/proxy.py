@@ -32,6 +32,7 @@ from .drawahead import DrawAhead
 from .instructions import MAX_PAGES, Instructions
 from .ledger import Ledger, Sent
 from .meter import Charge, rules
+from .refusals import Refusals
 from .shelf import shelf_for
 
 log = logging.getLogger("optictx.serve")
@@ -85,8 +86,10 @@ def recall_tools(tools: Any, mentions: Callable[[], Iterable[bytes]] = tuple) ->
         spec = t.get("function", t) if isinstance(t, dict) else None  # Chat nests it; Messages, Responses do not
         inner = spec.get("tools") if isinstance(spec, dict) and spec.get("type") == "namespace" else None
         for one, space in ([(i, spec["name"]) for i in inner] if isinstance(inner, list) else [(spec, None)]):
-            name = one["name"] if space is None or not _ours(one) else f"{str(space)[:40]}.{one['name']}"
-            if _ours(one) and name.isprintable():  # a Responses namespace (Codex's MCP servers): NAMESPACE.NAME
+            if not _ours(one):
+                continue
+            name = one["name"] if space is None else f"{str(space)[:40]}.{one['name']}"  # Codex's NAMESPACE.NAME
+            if name.isprintable():
                 names.append(name)
     if not names:
         found = {(m.group(1), m.group(2)) for m in map(MENTION.fullmatch, mentions()) if m is not None}
@@ -172,6 +175,7 @@ class Proxy:
         self.conversations = Conversations(self.memory, self.reopen, shelf_for(config.store), self.ledger,
                                            config.max_open, config.lock_wait)
         self.drawahead = DrawAhead()
+        self.refusals = Refusals()  # models whose upstream refused their pages lately
 
     def memory(self, store: str | Path | None, vision: str = "deepseek-ocr", budget: int | None = None,
                key: str | None = None) -> Memory:
@@ -271,6 +275,9 @@ class Proxy:
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
             return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
+        paused = self.refusals.paused(parsed.model)
+        if paused is not None and keep:  # its upstream refuses pages lately: none for a while
+            return self._as_it_came(dialect, parsed, tenant, paused)
         parsed = replace(parsed, turns=kept_turns(parsed, pin=self.config.pin_task, words=self.config.words))
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
         try:

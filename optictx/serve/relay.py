@@ -18,6 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from .answer import StreamText, header_value, text_of
 from .dialect import ApiError, Dialect
 from .meter import StreamUsage, Usage, usage_of
+from .refusals import Refusal
 
 log = logging.getLogger("optictx.serve")
 
@@ -174,36 +175,55 @@ class Upstream:
                         "relay redirects: check --upstream", status=502, kind="api_error")
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], stream: bool, dialect: Dialect,
-                   extra: Mapping[str, str], done: Done | None = None, *, reads: bool = False) -> Response:
+                   extra: Mapping[str, str], done: Done | None = None, *, reads: bool = False,
+                   refusal: Refusal | None = None) -> Response:
         """The upstream's answer to `body`, streamed as it arrives when `stream`. `done` is
         awaited with the usage the answer reports (None: it reports none) once it is all read:
         at once for a whole answer, when the stream ends for a stream; with its text too when
-        `reads` (a check will read it: otherwise a stream's text is not gathered)."""
-        send = {**outgoing(headers), "content-type": "application/json"}
-        request = self.client.build_request("POST", self.base + path, content=body, headers=send)
-        try:
-            r = await self.client.send(request, stream=True)  # read by `_whole` or relayed: never at once
-        except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from exc
+        `reads` (a check will read it: otherwise a stream's text is not gathered). `refusal`:
+        where the upstream refuses the pages `body` carries before anything reached the client,
+        its body goes instead, once (`refusals.py`)."""
+        r = await self._send(path, body, headers, done)
+        content: bytes | None = None
+        if refusal is not None and (not stream or r.status_code >= 400):
+            content = await self._read_whole(r, done)
+            if refusal.check(r.status_code, content):
+                log.info("upstream %s refused the pages (%s): sent as the client sent it", self.shown, refusal.why)
+                r, content, extra = await self._send(path, refusal.body, headers, done), None, {
+                    **extra, **refusal.headers()}
         answer = {**incoming(r.headers), **_ours(extra)}
-        if r.is_redirect:
-            await r.aclose()
-            if done is not None:
-                await done(None, 502, "")
-            raise self._redirected(r.status_code)
         if not stream or r.status_code >= 400:
-            try:
-                content = await self._whole(r)
-            except ApiError:
-                if done is not None:
-                    await done(None, 502, "")
-                raise
+            if content is None:
+                content = await self._read_whole(r, done)
             if done is not None:
                 usage, text = (await run_in_threadpool(_read, dialect.provider, content) if r.status_code < 400
                                else (None, ""))  # off the event loop: an answer may be large
                 answer.update(_ours(await done(usage, r.status_code, text) or {}))
             return Response(content, r.status_code, answer)
         return StreamingResponse(self._relay(r, dialect, done, reads), r.status_code, answer)
+
+    async def _send(self, path: str, body: bytes, headers: Mapping[str, str], done: Done | None) -> httpx.Response:
+        """The upstream's answer to `body`, its head read, its body not (`_whole` or `_relay`)."""
+        send = {**outgoing(headers), "content-type": "application/json"}
+        request = self.client.build_request("POST", self.base + path, content=body, headers=send)
+        try:
+            r = await self.client.send(request, stream=True)  # read by `_whole` or relayed: never at once
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        if r.is_redirect:
+            await r.aclose()
+            if done is not None:
+                await done(None, 502, "")
+            raise self._redirected(r.status_code)
+        return r
+
+    async def _read_whole(self, r: httpx.Response, done: Done | None) -> bytes:
+        try:
+            return await self._whole(r)
+        except ApiError:
+            if done is not None:
+                await done(None, 502, "")
+            raise
 
     async def _relay(self, r: httpx.Response, dialect: Dialect, done: Done | None,
                      reads: bool = False) -> AsyncIterator[bytes]:
