@@ -79,6 +79,23 @@ def test_made_up_strings_and_strings_held_as_text_are_not_misreadings(planted):
     assert (flag.said, flag.likely) == (off, planted[3])
 
 
+def _near(s: str) -> str:
+    return s[:5] + ("0" if s[5] != "0" else "1") + s[6:]
+
+
+def test_a_near_miss_of_a_string_held_as_text_too_is_not_flagged(planted):
+    """A string a page shows and the text holds as well: the model could read it in the text, so
+    a string a character off it is no misreading of the page (the check once compared it)."""
+    mem = _memory(planted)
+    mem.add({"role": "user", "content": f"Check build {planted[5]} again."})
+    ctx = mem.context()
+    assert planted[5] in "".join(s.text for s in ctx.text_segments)
+    assert any(planted[5] in p.page.text for p in ctx.pages if p.tier.is_image)
+    assert ctx.check(f"It was {_near(planted[5])}.") == []
+    [flag] = ctx.check(f"It was {_near(planted[3])}.")  # one on a page only still is
+    assert flag.likely == planted[3]
+
+
 NAME = "reconcile_refunds_by_currency"  # an identifier, not a fact: no factsheet keeps it as text
 
 

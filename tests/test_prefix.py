@@ -4,6 +4,7 @@ persists with the memory."""
 
 from __future__ import annotations
 
+
 import json
 
 import pytest
@@ -488,8 +489,9 @@ def test_a_compaction_made_for_money_drops_no_page(vision, tasks, page):
             continue
         t += 60.0
         ctx = mem.context(at=t)
-        if ctx.event == "paid":
-            paid += 1
-            assert len(ctx.gone) <= len(prev.gone), (t, [p.index for p in ctx.gone])
+        paid += ctx.event == "paid"
+        if prev is not None and ctx.event not in ("forced", "first"):  # only the budget may drop more
+            assert len(ctx.gone) <= len(prev.gone), (t, ctx.event, [p.index for p in ctx.gone])
         prev = ctx
-    assert paid or page, "the whole sample makes paid compactions"
+    if page is None:  # (small pages: every call above is the check; a compaction for money dropped pages there)
+        assert paid, "the whole sample makes paid compactions, each weighed against the pages it would drop"

@@ -78,6 +78,26 @@ def test_a_hit_names_the_page_that_shows_it_and_recall_gives_its_turns_as_added(
     assert [t.id for t in one.turns] == [hit.turn.id]
 
 
+def test_every_hit_names_the_page_that_holds_its_turn_first_and_last_turns_too(memory):
+    """Each turn on a page, its first and its last included, searched for by a string only it
+    holds: the hit names that page (a hit on a page's last turn once named none). The oracle is
+    the pages' own turn ids, not the search."""
+    pages = [p for p in memory.pages if p.handle and p.turn_ids]
+    assert len(pages) > 3
+    added = _turns()
+    checked = 0
+    for page in pages:
+        for tid in sorted({min(page.turn_ids), max(page.turn_ids)}):
+            if added[tid]["role"] != "tool":  # a tool result's first line: a string only this turn holds
+                continue
+            line = added[tid]["content"].split("\n")[0].split(": ", 1)[1]
+            hits = [h for h in memory.search(line).hits if h.turn.id == tid]
+            assert hits and all(h.page == page.handle or tid in next(
+                q for q in pages if q.handle == h.page).turn_ids for h in hits), (tid, page.handle, hits)
+            checked += 1
+    assert checked >= 2
+
+
 def test_a_long_recall_is_cut_and_goes_on_from_its_offset(backend):
     mem = Memory(store=backend.spec(), budget=2000, keep_recent=2)
     big = "\n".join(f"line {k:05d} " + "x" * 60 for k in range(900))  # ~65k characters in one tool result
