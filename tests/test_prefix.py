@@ -4,7 +4,6 @@ persists with the memory."""
 
 from __future__ import annotations
 
-
 import json
 
 import pytest
