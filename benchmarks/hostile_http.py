@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the loopback upstream and the throwaw
 from optictx.serve import ServeConfig  # noqa: E402
 from optictx.serve.conversations import CREDENTIAL_HEADERS, tenant_of  # noqa: E402
 
+from hostile_answers import answers  # noqa: E402
 from serve_peers import Proxy, raw_exchange, start_upstream, stop_upstream  # noqa: E402
 
 SECRETS = ("PASSWORD", "SECRET", "optictx-hostile-", "127.0.0.1:5", "postgresql://")
@@ -377,6 +378,7 @@ def run(store_kind: str, cases: int, seed: int) -> dict[str, Any]:
             money(state, proxy, rng, t, cases // 4)
             upstream_headers(state, proxy, t)
             turns_lost(proxy, t)
+            answered = answers(state, proxy, rng, t, cases)  # "An answer is never lost" (hostile_answers.py)
         finally:
             proxy.stop()
         dead = Proxy(ServeConfig(upstream="http://user:PASSWORD@127.0.0.1:9/v1?api-key=SECRET", budget=3000))
@@ -390,7 +392,8 @@ def run(store_kind: str, cases: int, seed: int) -> dict[str, Any]:
     stop_upstream(server)
     if cluster is not None:
         cluster.stop()
-    return {"store": store_kind, "counts": {k: dict(v) for k, v in t.counts.items()}, "timings": timings}
+    counts = {k: dict(v) for k, v in t.counts.items()}
+    return {"store": store_kind, "counts": counts, "timings": {**timings, **answered}}
 
 
 def main() -> None:
