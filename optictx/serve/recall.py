@@ -84,17 +84,16 @@ class TenantRecall:
         try:
             store = open_store(shelf.spec(conversation, self.tenant), create=False)  # type: ignore[arg-type]
         except StoreError as exc:
-            raise _unreadable(conversation, exc) from None
+            raise RecallError(_unreadable(conversation, exc)) from None
         try:
             yield store
         except StoreError as exc:  # damaged under the read
-            raise _unreadable(conversation, exc) from None
+            raise RecallError(_unreadable(conversation, exc)) from None
         finally:
             store.close()
 
 
-def _unreadable(conversation: str, exc: StoreError) -> RecallError:
+def _unreadable(conversation: str, exc: StoreError) -> str:
     """What the model is told of a store it cannot read: never its path (the log has that)."""
     log.warning("conversation %s: its store cannot be read: %s", conversation, exc)
-    return RecallError(f"conversation {conversation}: its store cannot be read (damaged or locked; the proxy's log "
-                       "says more)")
+    return f"conversation {conversation}: its store cannot be read (damaged or locked; the proxy's log says more)"
