@@ -501,7 +501,7 @@ class ServeProcess:
             self.port = s.getsockname()[1]
         args = [sys.executable, "-m", "optictx", "serve", "--upstream", upstream_url, "--host", "127.0.0.1",
                 "--port", str(self.port), "--vision", vision, "--budget", str(budget), "--keep-recent",
-                str(keep_recent), "--tenancy", "per-key", *(["--store", store] if store else [])]
+                str(keep_recent), "--tenancy", "per-key", "--store", store or ":memory:"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)

@@ -100,6 +100,7 @@ def test_one_persons_dashboard_needs_no_key_and_opens_pages_full_size(personal, 
     page.goto(personal.url + "/optictx/")
     page.wait_for_selector("#conversations tbody tr")
     assert page.locator("#keys").is_hidden()  # nothing to paste
+    assert page.inner_text("#store") == "Memories kept in nowhere (--store :memory:)."  # said to the one person
     rows = page.locator("#conversations tbody tr")
     assert rows.count() == 1  # a rotating token kept one conversation
     row = rows.first.inner_text()
@@ -156,6 +157,7 @@ def test_per_key_a_key_sees_its_own_conversations_only(per_key, browser):
     page.wait_for_selector("#conversations tbody tr")
     rows = page.locator("#conversations tbody tr")
     assert rows.count() == 1 and "\t3\t" in rows.first.inner_text()  # key-b's conversation is not listed
+    assert page.locator("#store").is_hidden()  # where the server keeps memories: not a key's business
     page.fill("#api-key", "key-c")
     page.click("button[type=submit]")
     page.wait_for_selector("#empty:not([hidden])")

@@ -544,36 +544,83 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_command_works_as_written(upstream, sample):
+def _serving(cmd: list[str], env: dict, port: int, ask) -> tuple[object, str]:
+    """`cmd` run until `ask(port)` answers, then stopped with Ctrl-C: the answer and what it printed."""
     import signal
     import subprocess
-    import sys
     import time
 
-    port = _free_port()
-    cmd = [sys.executable, "-m", "optictx", "serve", "--upstream", upstream.openai_url, "--host", "127.0.0.1",
-           "--port", str(port), "--vision", "deepseek-ocr", "--budget", "3000"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-a", max_retries=0)
         deadline = time.monotonic() + 30
         while True:
             try:
-                r = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:80])
+                answer = ask(port)
                 break
-            except openai.APIConnectionError:
+            except (openai.APIConnectionError, httpx.TransportError):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.2)
-        assert r.parse().choices[0].message.content == upstream.reply
-        assert r.headers["x-optictx-vision"] == "deepseek-ocr"
-        assert int(r.headers["x-optictx-tokens"].split("/")[0]) <= 3000
     finally:
         server.send_signal(signal.SIGINT)
         out, _ = server.communicate(timeout=30)
     assert server.returncode == 0, out
-    refused = subprocess.run([*cmd[:6], "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60)
+    return answer, out
+
+
+def test_the_command_works_as_written_and_remembers_across_a_restart(upstream, sample, tmp_path):
+    """`optictx serve --upstream URL` keeps its memories in the user's data directory by
+    default (XDG_DATA_HOME here), says where on start, and a restart finds the conversation on
+    the dashboard again; `--store :memory:` keeps nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    port = _free_port()
+    cmd = [sys.executable, "-m", "optictx", "serve", "--upstream", upstream.openai_url, "--host", "127.0.0.1",
+           "--port", str(port), "--vision", "deepseek-ocr", "--budget", "3000"]
+
+    def chat(port: int):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-a", max_retries=0)
+        return client.chat.completions.with_raw_response.create(model="gpt-4o", messages=sample[:80])
+
+    def listed(port: int):
+        return httpx.get(f"http://127.0.0.1:{port}/optictx/api/conversations", timeout=10).json()["conversations"]
+
+    r, out = _serving(cmd, env, port, chat)
+    assert r.parse().choices[0].message.content == upstream.reply
+    assert r.headers["x-optictx-vision"] == "deepseek-ocr"
+    assert int(r.headers["x-optictx-tokens"].split("/")[0]) <= 3000
+    store = tmp_path / "data" / "optictx" / "serve"
+    assert f"memories kept in {store}" in out and (store / "optictx-serve.db").exists()
+    again, _ = _serving(cmd, env, port, listed)
+    assert [c["requests"] for c in again] == [1]  # the restart kept the dashboard's conversation
+    gone, out = _serving([*cmd, "--store", ":memory:"], env, port, listed)
+    assert gone == [] and "memories kept in nowhere" in out
+    refused = subprocess.run([*cmd[:6], "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 2 and "allow-remote" in refused.stderr
+
+
+def test_serve_with_no_argument_serves_both_apis_at_their_providers(tmp_path):
+    """`optictx serve` alone: OpenAI's and Anthropic's public endpoints (nothing is sent here:
+    the start says where it would), and a bad setting's error in the user's words, without
+    pydantic's "Value error," prefix."""
+    import os
+    import sys
+
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
+    port = _free_port()
+    status, out = _serving([sys.executable, "-m", "optictx", "serve", "--port", str(port)], env, port,
+                           lambda p: httpx.get(f"http://127.0.0.1:{p}/optictx/api/status", timeout=10).status_code)
+    assert status == 200
+    assert "OpenAI https://api.openai.com/v1" in out and "Anthropic https://api.anthropic.com" in out
+    from optictx.errors import ConfigError
+    from optictx.serve.config import ServeConfig as Config
+
+    with pytest.raises(ConfigError) as err:
+        Config.make(upstream="ftp://x")
+    assert "Value error" not in str(err.value) and "must be an http:// or https:// URL" in str(err.value)
 
 
 def test_a_stream_reaches_the_client_byte_for_byte_and_event_by_event(proxy, upstream, sample):

@@ -50,8 +50,9 @@ class ServeConfig(BaseModel):
     image_instructions: bool = Field(False, description="draw the system prompt's prose and the tools' "
                                      "descriptions on pages that open the first user message, sharper than "
                                      "history (names and schemas stay text)")
-    store: Path | str | None = Field(None, description="where memories outlive restarts (default: nowhere): a "
-                                     "folder of SQLite files, or a postgresql://user@host/db URL replicas share")
+    store: Path | str | None = Field(None, description="where memories outlive restarts: a folder of SQLite "
+                                     "files, or a postgresql://user@host/db URL replicas share (`optictx serve`'s "
+                                     "default: optictx/serve in the user's data directory; :memory: keeps nothing)")
     allow_remote: bool = Field(False, description="bind a non-loopback host; clients must then send "
                                "OPTICTX_PROXY_KEY as X-Optictx-Key")
     proxy_key: str | None = Field(None, repr=False, min_length=16)  # from OPTICTX_PROXY_KEY, never a flag
@@ -108,4 +109,5 @@ class ServeConfig(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(map(str, err["loc"]))
-            raise ConfigError(f"optictx serve: {where + ': ' if where else ''}{err['msg']}") from exc
+            said = err["msg"].removeprefix("Value error, ")  # pydantic's own words, not the user's business
+            raise ConfigError(f"optictx serve: {where + ': ' if where else ''}{said}") from exc

@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..images import MEDIA_TYPE
+from ..store import is_postgres
 from .answers import FALLBACKS, INCIDENTS, answered
 from .openai_api import OPENAI
 
@@ -63,8 +64,11 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         """What went wrong since start, counted (details in the log), the requests sent as they
         came (or with turns kept as they came) by why, and whose conversations a request sees:
         the same for every tenant."""
+        store = proxy.config.store  # where memories are kept: said to the one person only, never to a key
+        kept = None if not proxy.config.personal else "nowhere (--store :memory:)" if store is None else (
+            "PostgreSQL" if is_postgres(store) else str(store))
         return JSONResponse({"incidents": dict(INCIDENTS), "fallbacks": dict(FALLBACKS),
-                             "tenancy": "personal" if proxy.config.personal else "per-key"})
+                             "tenancy": "personal" if proxy.config.personal else "per-key", "store": kept})
 
     async def latest(request: Request) -> Context | None:
         """The latest context of the caller's conversation (after a restart, drawn again: it may

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from ..cost import COST_MODELS
@@ -43,8 +44,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=kind, default=default, help=about + shown, **extra)
 
 
+# With no upstream named, both APIs go to their providers' public endpoints.
+PUBLIC = {"upstream": "https://api.openai.com/v1", "anthropic_upstream": "https://api.anthropic.com"}
+IN_MEMORY = ":memory:"  # `--store :memory:`: nothing outlives the process
+
+
+def default_store() -> Path:
+    """Where `optictx serve` keeps its memories when no `--store` is given: the user's data
+    directory (XDG_DATA_HOME, else ~/.local/share), so a restart keeps search, recall and the
+    dashboard."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "optictx" / "serve"
+
+
 def config_from(args: argparse.Namespace) -> ServeConfig:
     """The settings the flags and the environment give (ConfigError naming a bad one)."""
     fields = {name: getattr(args, name) for name in ServeConfig.model_fields if name != _SECRET}
-    return ServeConfig.make(**{**fields, "store": fields["store"] or None},
-                            proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None)
+    if not fields["upstream"] and not fields["anthropic_upstream"]:
+        fields.update(PUBLIC)
+    store = fields["store"]
+    store = None if store == IN_MEMORY else (store or default_store())
+    return ServeConfig.make(**{**fields, "store": store}, proxy_key=os.environ.get("OPTICTX_PROXY_KEY") or None)
