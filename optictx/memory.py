@@ -187,11 +187,12 @@ class Memory(PolicyFields):
             self._sync()
             return [*self._resident.packer.sealed, *self._resident.packer.preview()]
 
-    def recall(self, page: str, *, turns: str | int | None = None, grep: str | None = None,
-               offset: int = 0) -> Recalled:
-        """The exact turns page `page` (its handle) holds, as stored: `turns` "41-45" of them,
-        the lines holding `grep`, from character `offset` (`recall.py`; RecallError otherwise)."""
-        return recall_in(self.pages, self._store, page, turns=turns, grep=grep, offset=offset)
+    def recall(self, page: str, *, turns: str | int | None = None, lines: str | None = None,
+               grep: str | None = None, offset: int = 0) -> Recalled:
+        """The exact turns page `page` (its handle) holds, as stored: `turns` "41-45" of them (of
+        one turn, `lines` "3-9"), the lines holding `grep`, from character `offset` (`recall.py`;
+        RecallError otherwise)."""
+        return recall_in(self.pages, self._store, page, turns=turns, lines=lines, grep=grep, offset=offset)
 
     def search(self, query: str, *, within: str | None = None, limit: int | None = None) -> Found:
         """The newest turns holding every term of `query` (words, exact strings, "quoted

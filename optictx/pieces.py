@@ -39,8 +39,8 @@ def caption(tools: Sequence[str] = (), names_pages: bool = False) -> str:
         return text
     search = next((t for t in tools if t.endswith("search")), None)
     recall = next((t for t in tools if t.endswith("recall")), None)
-    how = [f"call {recall} with a page's handle for its turns word for word" if recall else "",
-           f"{search} finds any string in the conversation" if search else ""]
+    how = [f"for an exact string call {search} first (it gives the lines that hold it)" if search else "",
+           f"{recall} a page's handle for more" if recall else ""]
     return text + " Pages may be misread: " + "; ".join(h for h in how if h) + "."
 
 

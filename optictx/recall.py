@@ -16,12 +16,18 @@ from dataclasses import dataclass
 from .errors import OptictxError
 from .handles import LENGTH, PATTERN
 from .store.base import Store
-from .store.textindex import searchable, terms
+from .store.textindex import terms
+from .tokens import get_tokenizer
 from .turns import Turn
 
 MAX_CHARS = 16_000  # what one recall returns at most (about 4k tokens); `offset` goes on
 SEARCH_LIMIT, MAX_LIMIT = 10, 50
-SNIPPET = 160  # characters of a hit shown around its first term
+HIT_TOKENS = 300  # a hit's lines at most; a search's whole answer at most SEARCH_TOKENS
+SEARCH_TOKENS = 2000
+LINE_CHARS = 400  # a longer line (minified JSON, a log) is shown as this much around the match
+SHOWN_QUERY = 200  # characters of the query said back
+# A search's or a recall's own answer, stored as a tool result: never a hit (it holds the query).
+OWN = re.compile(r"\[(no turn |\d+\+? turns |page [a-z0-9]+ \(turns #)")
 _CONTEXT = 2  # lines shown either side of a grep's match
 _SPAN = re.compile(r"#?(\d{1,9})(?:\s*-\s*#?(\d{1,9}))?")
 
@@ -124,9 +130,10 @@ def _grepped(listing: str, needle: str) -> str:
 
 
 def recall(span: Span, fetch: Callable[[int, int], Iterable[Turn]], *, turns: object = None, grep: object = None,
-           offset: object = 0, max_chars: int = MAX_CHARS) -> Recalled:
-    """The turns of page `span` (those `turns` names, the lines holding `grep`), listed from
-    character `offset` for at most `max_chars`. `fetch(first, last)` gives the stored turns."""
+           lines: object = None, offset: object = 0, max_chars: int = MAX_CHARS) -> Recalled:
+    """The turns of page `span` (those `turns` names; of one turn, the `lines` a search numbered;
+    the lines holding `grep`), listed from character `offset` for at most `max_chars`.
+    `fetch(first, last)` gives the stored turns."""
     first, last = wanted(span, turns)
     if grep is not None and (not isinstance(grep, str) or not 0 < len(grep) <= 200):
         raise RecallError("grep: a string of 1 to 200 characters, found in any case")
@@ -134,8 +141,12 @@ def recall(span: Span, fetch: Callable[[int, int], Iterable[Turn]], *, turns: ob
         raise RecallError("offset: a character offset, 0 or more, as a cut recall's last line says")
     listed = tuple(fetch(first, last))
     body = "\n\n".join(shown(t) for t in listed)
+    if lines is not None and lines != "":
+        body = _lines(body, lines, first, last)
     if grep:
         body = _grepped(body, grep) or f"(no line of turns #{first}-#{last} holds {grep!r})"
+    if offset and offset >= len(body):
+        raise RecallError(f"offset: {offset} is past the end of turns #{first}-#{last} ({len(body)} characters)")
     piece, more = body[offset : offset + max_chars], None
     if offset + max_chars < len(body):
         cut = piece.rfind("\n", max_chars // 2)
@@ -150,13 +161,55 @@ def recall(span: Span, fetch: Callable[[int, int], Iterable[Turn]], *, turns: ob
     return Recalled(span, listed, f"[{head}]\n{piece}{tail}", more)
 
 
-def snippet(turn: Turn, terms_: Sequence[str]) -> str:
-    """The turn's text around its first term, on one line."""
-    text = "\n".join(t for t in turn.texts if t)
-    at = searchable(turn).find(terms_[0]) if terms_ else 0
-    start = max(0, at - SNIPPET // 3)
-    piece = " ".join(text[start : start + SNIPPET].split())
-    return ("..." if start else "") + piece + ("..." if start + SNIPPET < len(text) else "")
+def _lines(body: str, lines: object, first: int, last: int) -> str:
+    """Lines a..b of one turn's listing (numbered as a search's hit numbers them: its header is
+    line 0), under the turn's header."""
+    m = _SPAN.fullmatch(str(lines).strip()) if isinstance(lines, (str, int)) and not isinstance(lines, bool) else None
+    if first != last:
+        raise RecallError(f"lines: give one turn with them (turns='{first}'), as a search's hit names it")
+    if m is None:
+        raise RecallError(f"lines: a line number or a range like '3-5' (got {str(lines)[:40]!r})")
+    rows = body.split("\n")
+    a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+    if not 1 <= a <= b or a >= len(rows):
+        raise RecallError(f"lines: turn #{first} has lines 1-{len(rows) - 1}; asked {a}-{b}")
+    return "\n".join([rows[0], *(f"{i}: {rows[i]}" for i in range(a, min(b, len(rows) - 1) + 1))])
+
+
+def snippet(turn: Turn, terms_: Sequence[str], tokens: int = HIT_TOKENS) -> str:
+    """The lines of the turn that hold its terms, whole, with a line either side, numbered by
+    their line in the turn (`recall ... grep` gives the rest), at most `tokens`; a line longer
+    than `LINE_CHARS` shown as that much around the match."""
+    lines = "\n".join([*(t for t in turn.texts if t), *(f"{c.function.name} {c.function.arguments}"
+                                                       for c in turn.tool_calls)]).split("\n")
+    low = [_low(x) for x in lines]
+    hits = [i for i, x in enumerate(low) if any(t in x for t in terms_)] or [0]
+    keep = sorted({j for i in hits for j in range(max(0, i - 1), min(len(lines), i + 2))})
+    count, out, used, prev = get_tokenizer().count, [], 0, None
+    for j in keep:
+        line = _window(lines[j], low[j], terms_)
+        cost = count(line) + 2
+        if out and used + cost > tokens:
+            out.append(f"... ({len(hits)} matching lines in all)")
+            break
+        if prev is not None and j != prev + 1:
+            out.append("...")
+        out.append(f"{j + 1}: {line}")
+        used, prev = used + cost, j
+    return "\n".join(out)
+
+
+def _low(line: str) -> str:
+    """A line as a search term is found in it (`textindex.searchable`'s form)."""
+    return line.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd").lower()
+
+
+def _window(line: str, low: str, terms_: Sequence[str]) -> str:
+    if len(line) <= LINE_CHARS:
+        return line
+    at = min((low.find(t) for t in terms_ if t in low), default=0)
+    start = max(0, at - LINE_CHARS // 3)
+    return ("..." if start else "") + line[start : start + LINE_CHARS] + "..."
 
 
 def limit_of(limit: object) -> int:
@@ -175,25 +228,40 @@ def query_terms(query: object) -> list[str]:
 
 
 def found(query: str, hits: Sequence[Hit], limit: int, where: str) -> Found:
-    """The text a model reads of a search's hits."""
+    """The text a model reads of a search's hits: each hit's page, turn and lines, the best
+    (newest) first, at most `SEARCH_TOKENS` in all; the query said back at most `SHOWN_QUERY`
+    characters."""
+    said = repr(query[:SHOWN_QUERY] + ("..." if len(query) > SHOWN_QUERY else ""))
     if not hits:
-        return Found(query, (), f"[no turn {where} holds {query!r}]")
-    lines = [f"[{len(hits)}{'+' if len(hits) >= limit else ''} turns {where} hold {query!r}, newest first; "
-             "recall a page for its exact words]"]
+        return Found(query, (), f"[no turn {where} holds {said}]")
+    count = get_tokenizer().count
+    lines = [f"[{len(hits)}{'+' if len(hits) >= limit else ''} turns {where} hold {said}, newest first, each with "
+             "its matching lines; recall a page with turns= or grep= for more]"]
+    used, shown_hits = count(lines[0]), 0
     for h in hits:
         place = f"page {h.page}" if h.page else "recent, in the prompt as text"
         conv = f"conversation {h.conversation}, " if h.conversation else ""
-        lines.append(f"#{h.turn.id} {h.turn.role} ({conv}{place}): {h.snippet}")
+        who = h.turn.role + (f" {h.turn.name}" if h.turn.name else "")
+        block = f"#{h.turn.id} {who} ({conv}{place}):\n{h.snippet}"
+        cost = count(block)
+        if shown_hits and used + cost > SEARCH_TOKENS:
+            lines.append(f"[{len(hits) - shown_hits} more hits not shown: search with within= a page, or a longer "
+                         "string]")
+            break
+        lines.append(block)
+        used, shown_hits = used + cost, shown_hits + 1
     return Found(query, tuple(hits), "\n".join(lines))
 
 
 def hits_on(turns: Sequence[Turn], spans: Sequence[Span], terms_: Sequence[str],
             conversation: str | None = None) -> list[Hit]:
-    """The turns found, each with the page that holds it (a span that covers it)."""
+    """The turns found, each with the page that holds it (a span that covers it); never a
+    search's or recall's own answer (it holds the query)."""
     def page_of(tid: int) -> str | None:
         return next((s.handle for s in spans if s.first <= tid <= s.last), None)
 
-    return [Hit(t, page_of(t.id or 0), conversation, snippet(t, terms_)) for t in turns]
+    return [Hit(t, page_of(t.id or 0), conversation, snippet(t, terms_)) for t in turns
+            if not (t.role == "tool" and OWN.match(t.text or ""))]
 
 
 def spans_of(pages: Iterable[object]) -> list[Span]:

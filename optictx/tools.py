@@ -34,8 +34,8 @@ class Spec:
 
 SPECS = (
     Spec("search", f"{ABOUT} Find the turns that hold a string: words, or an exact id, hash, path or "
-         "\"quoted phrase\" (any case; every term must be found). Gives each turn's page handle and a snippet, "
-         "newest first.",
+         "\"quoted phrase\" (any case; every term must be found). Gives each turn's page handle, number and role, "
+         "and the lines that hold it, whole, with a line either side, newest first: usually the answer itself.",
          {"query": {"type": "string", "description": "words or exact strings; \"quote\" a phrase"},
           "within": {"type": "string", "description": "a page handle: search only that page's conversation"},
           "limit": {"type": "integer", "description": "at most this many turns (default 10, at most 50)"}},
@@ -44,6 +44,8 @@ SPECS = (
          "tool results, word for word. Use it before relying on a detail read from a page.",
          {"page": {"type": "string", "description": "the page's handle, from its label"},
           "turns": {"type": "string", "description": "only these turns of the page, e.g. '41-45' or '41'"},
+          "lines": {"type": "string", "description": "with one turn, only these of its lines, e.g. '3-9' (the "
+                    "numbers a search shows)"},
           "grep": {"type": "string", "description": "only the lines holding this string (any case), with context"},
           "offset": {"type": "integer", "description": "go on from this character, as a cut recall says"}},
          ("page",)),
@@ -146,8 +148,9 @@ class Tools:
         def search(query: str, within: str | None = None, limit: int | None = None) -> str:
             return answer(target, "search", _given(query=query, within=within, limit=limit))[0]
 
-        def recall(page: str, turns: str | None = None, grep: str | None = None, offset: int | None = None) -> str:
-            return answer(target, "recall", _given(page=page, turns=turns, grep=grep, offset=offset))[0]
+        def recall(page: str, turns: str | None = None, lines: str | None = None, grep: str | None = None,
+                   offset: int | None = None) -> str:
+            return answer(target, "recall", _given(page=page, turns=turns, lines=lines, grep=grep, offset=offset))[0]
 
         for fn, spec in zip((search, recall), SPECS):
             fn.__doc__ = spec.description

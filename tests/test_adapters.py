@@ -114,7 +114,7 @@ def test_langchain_tools_give_back_the_exact_turns_behind_a_page(sample):
     mem = _filled(sample)
     search, recall = optictx_tools(mem)
     assert isinstance(search, BaseTool) and (search.name, recall.name) == ("search", "recall")
-    assert set(recall.args) == {"page", "turns", "grep", "offset"} and "page image" in recall.description
+    assert set(recall.args) == {"page", "turns", "lines", "grep", "offset"} and "page image" in recall.description
     handle, turns = _page_and_its_turns(mem)
     text = recall.invoke({"page": handle})
     assert all(t.text in text for t in turns if t.text)  # word for word, as stored

@@ -242,8 +242,10 @@ def test_claude_code_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_p
     tap = Tap(proxy.url)
     try:
         env = {**os.environ, "HOME": str(home)}
-        add = subprocess.run([binary, "mcp", "add", "--transport", "http", "optictx", proxy.url + "/mcp"], env=env,
-                             cwd=work, capture_output=True, text=True, timeout=60)  # the one line a user types
+        home.mkdir(parents=True, exist_ok=True)
+        add = subprocess.run([binary, "mcp", "add", "--scope", "user", "--transport", "http", "optictx",
+                              proxy.url + "/mcp"], env=env, cwd=home, capture_output=True, text=True,
+                             timeout=60)  # the README's line, typed in another folder than the session's
         assert add.returncode == 0, add.stdout + add.stderr
         run = run_claude(binary, tap.url, work, home,
                          tools="Bash,Read,Grep,Edit,Write,Glob,mcp__optictx__search,mcp__optictx__recall")
@@ -259,8 +261,8 @@ def test_claude_code_with_the_mcp_server_gets_back_the_words_behind_a_page(tmp_p
         loading, asked = bodies[-4], bodies[-3]  # the requests answered with ToolSearch, and with search
         # Deferred (named in a system message only), the tools are named beside the pages already.
         assert "mcp__optictx__recall" not in {t["name"] for t in loading["tools"]}
-        assert "call mcp__optictx__recall" in json.dumps(loading)
-        assert NEEDLE not in json.dumps(asked) and "call mcp__optictx__recall" in json.dumps(asked)
+        assert "call mcp__optictx__search first" in json.dumps(loading)
+        assert NEEDLE not in json.dumps(asked) and "call mcp__optictx__search first" in json.dumps(asked)
         # ToolSearch's answer (tool_reference blocks) is understood: what follows it still compresses.
         assert len(bodies[-1]["messages"]) < len(sent[-1]["messages"])
         assert NEEDLE in searched and HANDLE.search(searched)

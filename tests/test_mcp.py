@@ -112,7 +112,7 @@ def test_the_caption_names_the_tools_when_the_request_carries_them(personal, ups
     told = str(upstream.last("/v1/chat/completions").body)
     client.chat.completions.create(model="deepseek-ocr", messages=sample[:70])
     plain = str(upstream.last("/v1/chat/completions").body)
-    assert "call mcp__optictx__recall" in told and "mcp__optictx__recall" not in plain.replace(str(tools), "")
+    assert "call mcp__optictx__search first" in told and "mcp__optictx__recall" not in plain.replace(str(tools), "")
 
 
 def test_a_stateless_server_opens_no_stream_and_answers_every_call(personal):

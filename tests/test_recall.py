@@ -160,7 +160,8 @@ def test_the_caption_names_the_tools_only_when_given(memory):
     told = memory.context(commit=False, tools=("mcp__optictx__search", "mcp__optictx__recall"))
     caption = next(s.text for s in plain.segments if getattr(s, "kind", None) == "caption")
     told_caption = next(s.text for s in told.segments if getattr(s, "kind", None) == "caption")
-    assert "mcp__optictx" not in caption and "call mcp__optictx__recall" in told_caption
+    assert "mcp__optictx" not in caption and "call mcp__optictx__search first" in told_caption
+    assert "mcp__optictx__recall a page" in told_caption  # search first, recall for more: one line
     assert told.tokens <= 3000
 
 
@@ -210,3 +211,41 @@ def test_a_writer_killed_mid_add_leaves_turns_and_index_agreeing(backend):
         marker = t.text.split()[0]
         assert [x.id for x in store.find(terms(marker), 5)] == [t.id]
     store.close()
+
+
+def test_one_search_gives_the_exact_lines_bounded(memory):
+    """What exactly was X: one call gives the hit's page, turn and role, and the lines that hold
+    X whole with a line either side, all of it under 2,000 tokens (cl100k_base) however many
+    turns match; the query is said back bounded; its own earlier answers are never hits."""
+    from optictx.recall import SEARCH_TOKENS
+    from optictx.tokens import get_tokenizer
+
+    count = get_tokenizer().count
+    added = _turns()
+    hit_text = memory.search("value_7_3").text
+    lines = added[30]["content"].split("\n")
+    assert "\n".join(f"{k + 1}: {lines[k]}" for k in (2, 3, 4)) in hit_text  # whole, numbered, one either side
+    assert "#30 tool (page " in hit_text and lines[0] not in hit_text  # only around the match
+    many = memory.search("compute", limit=50).text
+    assert count(many) <= SEARCH_TOKENS + 60 and "more hits not shown" in many
+    memory.add({"role": "tool", "tool_call_id": "x", "content": memory.search("value_7_3").text})  # an answer stored
+    assert [h.turn.id for h in memory.search("value_7_3").hits] == [30]
+    long = "value_7_3 " + "z" * 500_000
+    with pytest.raises(RecallError):
+        memory.search(long)  # too long a term: an error, not the whole query said back
+    said = memory.search("value_7_3 " * 3).text
+    assert len(said.split("\n", 1)[0]) < 400
+
+
+def test_recall_gives_only_the_lines_asked_and_says_when_past_the_end(memory):
+    hit = memory.search("value_7_3").hits[0]
+    one = memory.recall(hit.page, turns=str(hit.turn.id), lines="3-5")
+    assert one.text.splitlines()[1:] == [f"#{hit.turn.id} tool (result of call_7):", "3: src/mod_7.py:2: value_7_2 = "
+                                         "compute(2)", "4: src/mod_7.py:3: value_7_3 = compute(3)",
+                                         "5: src/mod_7.py:4: value_7_4 = compute(4)"]
+    with pytest.raises(RecallError, match="lines: give one turn"):
+        memory.recall(hit.page, lines="3-5")
+    with pytest.raises(RecallError, match="past the end"):
+        memory.recall(hit.page, offset=10**6)
+    with pytest.raises(RecallError, match="page: a page handle"):
+        memory.recall("zzzzzzzzz")

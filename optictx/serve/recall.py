@@ -58,8 +58,10 @@ class TenantRecall:
                 raise RecallError(f"within: no page {within!r} in your conversations")
             ids, scope = [where[0]], f"in the conversation of page {check_handle(within)}"
         else:
-            ids = [c["id"] for c in self.ledger.conversations(self.tenant)[:MAX_CONVERSATIONS]]
-            scope = "in your conversations"
+            every = self.ledger.conversations(self.tenant)
+            ids = [c["id"] for c in every[:MAX_CONVERSATIONS]]
+            scope = "in your conversations" if len(every) <= MAX_CONVERSATIONS else \
+                f"in your newest {MAX_CONVERSATIONS} conversations (of {len(every)}: search within= a page for another)"
         hits: list[Hit] = []
         for conversation in ids:
             with contextlib.suppress(RecallError), self._store(conversation) as store:
