@@ -61,10 +61,19 @@ def misread_headers(upstream: Any, proxy: Any, rng: random.Random, t: Any, n: in
         upstream.reply = f"I changed `{NAME[:20]}{odd}{NAME[21:]}` and `https://ci.example.com/b{odd}/42`."
         r = _ask(proxy, "hostile-misread", messages)
         c["cases"] += 1
-        c["answers lost"] += r is None or r.status_code != 200 or upstream.reply not in r.text
+        c["answers lost"] += r is None or r.status_code != 200 or _said(r) != upstream.reply
+        c["misreadings said"] += bool(r is not None and r.headers.get("x-optictx-misread"))
         header = r.headers.get("x-optictx-misread", "") if r is not None else ""
         c["headers not printable ASCII"] += not all(" " <= ch <= "~" for ch in header)
     upstream.reply = "Hello from upstream, streamed in pieces."
+
+
+def _said(r: httpx.Response) -> str | None:
+    """The answer's text, as the client reads it (JSON escapes a NUL: the bytes never hold one)."""
+    try:
+        return r.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def misread_work(upstream: Any, proxy: Any, t: Any) -> float:

@@ -122,8 +122,10 @@ def test_a_stateless_server_opens_no_stream_and_answers_every_call(personal):
         got = http.get("/mcp", headers={"accept": "text/event-stream"})
         assert got.status_code == 405 and "POST" in got.headers["allow"]
         call = {"jsonrpc": "2.0", "id": {"an": "object"}, "method": "tools/list"}
-        answer = http.post("/mcp", json=call, headers={"accept": "application/json, text/event-stream"})
-        assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600
+        for bad in ({"an": "object"}, [1], True, 1.5, None):  # each once dropped with a 202, or answered so
+            answer = http.post("/mcp", json={**call, "id": bad},
+                               headers={"accept": "application/json, text/event-stream"})
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600, bad
         ok = http.post("/mcp", json={**call, "id": 7}, headers={"accept": "application/json, text/event-stream"})
         assert ok.status_code == 200 and [t["name"] for t in ok.json()["result"]["tools"]] == ["search", "recall"]
 

@@ -93,16 +93,17 @@ class McpServer:
 
 
 def _unanswerable(raw: bytes) -> str | None:
-    """Why a JSON-RPC message could get no answer (an `id` that is neither a string, a number nor
-    null: the SDK accepted such a call and dropped it silently); None where the SDK may judge it."""
+    """Why a JSON-RPC message could get no answer (an `id` that is neither a string nor a whole
+    number: an object, a list, a bool, 1.5 or null, which the SDK took and dropped silently);
+    None where the SDK may judge it."""
     try:
         message = json.loads(raw) if raw else None
     except (ValueError, RecursionError):
         return None  # the SDK answers a parse error itself
     for m in message if isinstance(message, list) else [message]:
-        if isinstance(m, dict) and "id" in m and not (m["id"] is None or isinstance(m["id"], str) or (
-                isinstance(m["id"], int | float) and not isinstance(m["id"], bool))):
-            return "Invalid Request: a JSON-RPC id is a string, a number or null"
+        if isinstance(m, dict) and "id" in m and not (isinstance(m["id"], str) or (
+                isinstance(m["id"], int) and not isinstance(m["id"], bool))):
+            return "Invalid Request: a JSON-RPC id is a string or a whole number"
     return None
 
 
