@@ -6,6 +6,7 @@ test sent."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import httpx
@@ -161,3 +162,43 @@ def test_a_damaged_store_is_an_error_that_names_no_server_path(upstream, sample,
         assert error and "cannot be read" in text and str(tmp_path) not in text and ".db" not in text, text
     finally:
         again.stop()
+
+
+def test_the_model_naming_the_tools_itself_leaves_the_caption_as_it_was(upstream, sample):
+    """With no MCP server, a model's own ToolSearch call that names `mcp__optictx__search` and
+    `recall` said nothing of the tools it has, yet once changed the caption mid-conversation and
+    rewrote the cached front (55,370 units against 12,414). Only the client's words name them:
+    the front the upstream gets stays the same bytes; named in a system message, they are said."""
+    anthropic = pytest.importorskip("anthropic")
+    from serve_peers import to_anthropic_messages
+
+    p = Proxy(ServeConfig(anthropic_upstream=upstream.anthropic_url, budget=3000, keep_recent=4))
+    try:
+        client = anthropic.Anthropic(base_url=p.url, api_key="k", max_retries=0)
+        system, messages = to_anthropic_messages(sample[:80])
+        if messages[-1]["role"] == "assistant":
+            messages = messages[:-1]
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=5, system=system, messages=messages)
+        before = upstream.last("/v1/messages").body["messages"]
+        named = "select:mcp__optictx__search,mcp__optictx__recall"
+        search = {"type": "tool_use", "id": "toolu_ts", "name": "ToolSearch", "input": {"query": named}}
+        more = [*messages, {"role": "assistant", "content": [search]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_ts",
+                                              "content": "No matching deferred tools found"}]}]
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=5, system=system, messages=more)
+        after = upstream.last("/v1/messages").body["messages"]
+        assert "mcp__optictx__search first" not in json.dumps(after)
+        assert after[: len(before) - 1] == before[:-1]  # the front read back, not written again
+        said = [*more, {"role": "user", "content": "Deferred tools: mcp__optictx__search, mcp__optictx__recall"}]
+        parsed_names = {m.decode() for m in _mentions(said)}
+        assert parsed_names == {"mcp__optictx__search", "mcp__optictx__recall"}
+    finally:
+        p.stop()
+
+
+def _mentions(messages):
+    """What the proxy takes as the client naming the tools, for these messages."""
+    from optictx.serve.anthropic_api import ANTHROPIC
+
+    body = {"model": "m", "max_tokens": 5, "messages": messages}
+    return ANTHROPIC.parse(body, json.dumps(body).encode()).mentions

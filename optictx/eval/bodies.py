@@ -15,6 +15,7 @@ from typing import Any
 from ..cost import CostModel
 from ..native import UNKNOWN_SIZE
 from ..promptcache import Block, Chain, Prefixes
+from ..serve.dialect import said_by_model
 from ..tiers import Tier
 from ..tokens import get_tokenizer
 
@@ -168,17 +169,18 @@ class Client:
         for one in items[first:]:
             self._starts.append(len(self.chain))
             self._push(of_item(one), marked)
-            self._sizes.append(self._read(one))
+            self._sizes.append(self._read(one, heard=not said_by_model(one)))
             self._items_size += self._sizes[-1]
         return Prefixes(self.chain, len(self.chain), tuple(self._marks), at)
 
-    def _read(self, value: Any) -> int:
-        """`value`'s bytes as JSON, what the pattern finds in them noted (0, nothing read, without
-        a pattern)."""
+    def _read(self, value: Any, heard: bool = True) -> int:
+        """`value`'s bytes as JSON, what the pattern finds in them noted where `heard` (not what
+        the model wrote: `dialect.said_by_model`) (0, nothing read, without a pattern)."""
         if self.pattern is None:
             return 0
         text = json.dumps(value).encode()
-        self.named.update(m.group(0) for m in self.pattern.finditer(text))
+        if heard:
+            self.named.update(m.group(0) for m in self.pattern.finditer(text))
         return len(text)
 
     def sent(self, body: dict[str, Any], at: float) -> Prefixes:

@@ -15,9 +15,18 @@ from ..errors import OptictxError
 from ..turnindex import AS_SENT
 from ..turns import Turn
 
-# An MCP server's search or recall tool named anywhere in a request: Claude Code defers an MCP
-# server's tools, naming them in a system message until its ToolSearch loads them (`proxy.recall_tools`).
+# An MCP server's search or recall tool named in a request, outside what the model itself wrote:
+# Claude Code defers an MCP server's tools, naming them in a system message until its ToolSearch
+# loads them (`proxy.recall_tools`). The model naming them (a ToolSearch call, with no such server)
+# says nothing of the tools it has, and taken for a mention it changed the caption mid-conversation,
+# rewriting ~43k cached tokens.
 MENTION = re.compile(rb"mcp__([A-Za-z0-9_-]{1,40})__(search|recall)\b")
+_MODELS_OWN = ("function_call", "custom_tool_call", "reasoning", "web_search_call")  # Responses items
+
+
+def said_by_model(item: Any) -> bool:
+    """Whether a message or item is the model's own (an assistant message, a Responses call)."""
+    return isinstance(item, dict) and (item.get("role") == "assistant" or item.get("type") in _MODELS_OWN)
 
 
 class ApiError(OptictxError):
@@ -70,8 +79,13 @@ class Parsed:
 
     @cached_property
     def mentions(self) -> frozenset[bytes]:
-        """Every name `MENTION` finds in the request's bytes."""
-        return frozenset(m.group(0) for m in MENTION.finditer(self.raw))
+        """Every name `MENTION` finds in the request, but in what the model wrote (its bytes are
+        read first: most requests name none, and need no more)."""
+        if not MENTION.search(self.raw):
+            return frozenset()
+        listed = {k: [i for i in v if not said_by_model(i)] if isinstance(v, list) and k in ("messages", "input")
+                  else v for k, v in self.body.items()}
+        return frozenset(m.group(0) for m in MENTION.finditer(json.dumps(listed).encode()))
 
     @cached_property
     def kept(self) -> str | None:
