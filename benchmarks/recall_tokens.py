@@ -22,7 +22,7 @@ from optictx.eval.fidelity import jsonl_corpus
 from optictx.tokens import get_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall import needles  # noqa: E402
+from recall import needles
 
 
 def run(corpus: Path, sessions: int, per: int) -> dict[str, object]:
