@@ -43,11 +43,6 @@ def for_model(pricing: CachePricing, model: str | None, ttl: TTL = "5m") -> Cach
                    write_1h=write_1h, model=model)
 
 
-def known(pricing: CachePricing, model: str | None) -> bool:
-    """Whether `model`'s own prices are known (else its family's multipliers stand in)."""
-    return bool(model) and _rates(pricing.provider, model) is not None
-
-
 def dollars(bill: Bill, model: str, pricing: str | CachePricing) -> float | None:
     """The bill's input in US dollars for `model` at its own prices (genai-prices' bundled data),
     or None when genai-prices is not installed or does not know the model. Its 1-hour writes

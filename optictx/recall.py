@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .errors import OptictxError
 from .handles import LENGTH, PATTERN
 from .store.base import Store
-from .store.textindex import terms
+from .store.textindex import searchable_text, terms
 from .tokens import get_tokenizer
 from .turns import Turn
 
@@ -182,7 +182,7 @@ def snippet(turn: Turn, terms_: Sequence[str], tokens: int = HIT_TOKENS) -> str:
     than `LINE_CHARS` shown as that much around the match."""
     lines = "\n".join([*(t for t in turn.texts if t), *(f"{c.function.name} {c.function.arguments}"
                                                        for c in turn.tool_calls)]).split("\n")
-    low = [_low(x) for x in lines]
+    low = [searchable_text(x) for x in lines]
     hits = [i for i, x in enumerate(low) if any(t in x for t in terms_)] or [0]
     keep = sorted({j for i in hits for j in range(max(0, i - 1), min(len(lines), i + 2))})
     count, out, used, prev = get_tokenizer().count, [], 0, None
@@ -197,11 +197,6 @@ def snippet(turn: Turn, terms_: Sequence[str], tokens: int = HIT_TOKENS) -> str:
         out.append(f"{j + 1}: {line}")
         used, prev = used + cost, j
     return "\n".join(out)
-
-
-def _low(line: str) -> str:
-    """A line as a search term is found in it (`textindex.searchable`'s form)."""
-    return line.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd").lower()
 
 
 def _window(line: str, low: str, terms_: Sequence[str]) -> str:

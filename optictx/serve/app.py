@@ -19,7 +19,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..misread import Misread
-from ..store import is_postgres
 from .answer import misread_header, misread_json
 from .answers import answered, incident
 from .anthropic_api import ANTHROPIC
@@ -265,9 +264,7 @@ def run(config: ServeConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     ups = ", ".join(f"{name} {url}" for name, url in (("OpenAI", config.upstream),
                                                      ("Anthropic", config.anthropic_upstream)) if url)
-    kept = "nowhere: --store :memory:" if config.store is None else (
-        "PostgreSQL" if is_postgres(config.store) else str(config.store))
-    print(f"optictx serve: upstreams {ups}; memories kept in {kept}", file=sys.stderr, flush=True)  # said at start
+    print(f"optictx serve: upstreams {ups}; memories kept in {config.kept}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn_config(create_app(config), host=config.host, port=config.port,
                                            head_timeout=config.head_timeout, log_level="info", access_log=False))
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly; no traceback

@@ -77,6 +77,13 @@ class ServeConfig(BaseModel):
         "its own tenant; auto: personal without a proxy key, per-key with one")
 
     @property
+    def kept(self) -> str:
+        """Where memories are kept, in words: a folder, PostgreSQL (never its address), or nowhere."""
+        if self.store is None:
+            return "nowhere (--store :memory:)"
+        return "PostgreSQL" if is_postgres(self.store) else str(self.store)
+
+    @property
     def personal(self) -> bool:
         """Every request is the one local person's (`tenancy`)."""
         return self.tenancy == "personal" or (self.tenancy == "auto" and not self.proxy_key)

@@ -17,7 +17,6 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..images import MEDIA_TYPE
-from ..store import is_postgres
 from .answers import FALLBACKS, INCIDENTS, answered
 from .openai_api import OPENAI
 
@@ -64,9 +63,7 @@ def routes(proxy: Proxy, admit: Callable[[Request], None]) -> list[Route]:
         """What went wrong since start, counted (details in the log), the requests sent as they
         came (or with turns kept as they came) by why, and whose conversations a request sees:
         the same for every tenant."""
-        store = proxy.config.store  # where memories are kept: said to the one person only, never to a key
-        kept = None if not proxy.config.personal else "nowhere (--store :memory:)" if store is None else (
-            "PostgreSQL" if is_postgres(store) else str(store))
+        kept = proxy.config.kept if proxy.config.personal else None  # said to the one person, never to a key
         return JSONResponse({"incidents": dict(INCIDENTS), "fallbacks": dict(FALLBACKS),
                              "tenancy": "personal" if proxy.config.personal else "per-key", "store": kept})
 

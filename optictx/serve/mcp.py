@@ -33,7 +33,7 @@ PATH = "/mcp"
 class McpServer:
     """The `/mcp` route and the lifespan its sessions run in."""
 
-    def __init__(self, proxy: Proxy, admit: Callable[[Request], None], inflight: InFlight | None = None) -> None:
+    def __init__(self, proxy: Proxy, admit: Callable[[Request], None], inflight: InFlight) -> None:
         need("mcp", "serve")
         from mcp import types
         from mcp.server.lowlevel.server import Server
@@ -41,7 +41,7 @@ class McpServer:
         from mcp.server.transport_security import TransportSecuritySettings
 
         self.proxy, self.admit, self._types = proxy, admit, types
-        self.inflight = inflight if inflight is not None else InFlight(proxy.config.max_inflight_bytes)
+        self.inflight = inflight  # the API's bound: MCP bodies count among its bytes
         server: Any = Server("optictx", instructions=ABOUT, on_list_tools=self._list, on_call_tool=self._call)
         # Hosts and origins are the proxy's own guard's to check (`guards.local_only`), as on its API.
         self.manager = StreamableHTTPSessionManager(

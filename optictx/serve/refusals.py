@@ -28,7 +28,7 @@ def refused(status: int, content: bytes) -> str | None:
     """Why an answer is the upstream refusing the pages it was sent (None: it is not)."""
     if status in REFUSING and _ABOUT_PAGES.search(content[:4096]):
         return f"HTTP {status}: {_message(content)}"
-    if status == 200:
+    if status == 200 and b"refusal" in content:  # most answers are not: no parse on the event loop
         try:
             answer = json.loads(content)
         except (ValueError, RecursionError):

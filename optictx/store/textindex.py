@@ -26,7 +26,12 @@ class QueryError(OptictxError):
 def searchable(turn: Turn) -> str:
     """The text a turn is found by, lowered, as both databases can hold it (a lone surrogate as
     "?", NUL as U+FFFD)."""
-    return _utf8("\n".join(t for t in turn.texts if t).lower())
+    return searchable_text("\n".join(t for t in turn.texts if t))
+
+
+def searchable_text(text: str) -> str:
+    """`text` as a term is found in it (`searchable`'s form)."""
+    return _utf8(text.lower())
 
 
 def _utf8(text: str) -> str:
