@@ -119,9 +119,9 @@ def test_our_breakpoints_live_as_long_as_the_client_s(system, last, ours):
                          {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
                          {"role": "user", "content": [{"type": "text", "text": "now", **mark(last)}]}]}
     client = {"messages": [{"role": "user", "content": [{"type": "text", "text": "now", **mark(last)}]}]}
-    from optictx.serve.anthropic_api import _newest_ttl
+    from optictx.serve.anthropic_api import ttl
 
-    _breakpoints(body, False, _newest_ttl(client))
+    _breakpoints(body, False, ttl(client))
     ttls = [c.get("ttl", "5m") for c in _controls(body)]
     assert ttls == sorted(ttls, key=lambda t: t != "1h")
     assert body["messages"][0]["content"][0]["cache_control"].get("ttl", "5m") == ours

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 from ..context import Context
 from ..errors import TurnError
 from ..export import MARK, to_anthropic
+from ..money import TTL
 from ..turnindex import AS_SENT
 from ..turns import to_turn
 from .body import Splice
@@ -147,10 +148,13 @@ def marks(body: dict[str, Any]) -> int:
     return sum(1 for _ in _controls(body))
 
 
-def ttl(body: dict[str, Any]) -> Literal["5m", "1h"]:
-    """The lifetime a request's breakpoints ask for: "1h" where any asks `"ttl": "1h"` (a write
-    then costs 2x where a 5-minute one costs 1.25x, and lives an hour), else "5m"."""
-    return "1h" if any(isinstance(c, dict) and c.get("ttl") == "1h" for c in _controls(body)) else "5m"
+def ttl(body: dict[str, Any]) -> TTL:
+    """The lifetime the client's newest breakpoint asks for, which the prefix it writes lives:
+    "1h" where it asks `"ttl": "1h"` (a write then costs 2x where a 5-minute one costs 1.25x),
+    else "5m"."""
+    controls = list(_controls(body))
+    last = controls[-1] if controls else None
+    return "1h" if isinstance(last, dict) and last.get("ttl") == "1h" else "5m"
 
 
 def _controls(body: dict[str, Any]) -> Iterator[Any]:
@@ -211,14 +215,6 @@ def _hours(lists: list[list[Any]], want: str) -> None:
             blocks[j] = {**blocks[j], "cache_control": HOUR}
 
 
-def _newest_ttl(body: dict[str, Any]) -> str:
-    """The lifetime the client's newest breakpoint asks for."""
-    last = None
-    for control in _controls(body):
-        last = control
-    return "1h" if isinstance(last, dict) and last.get("ttl") == "1h" else "5m"
-
-
 class AnthropicMessages:
     name = provider = "anthropic"
 
@@ -249,7 +245,7 @@ class AnthropicMessages:
         ours, messages = to_anthropic(ctx, as_sent(parsed), cache=True, image=splice.hold)  # the system stays theirs
         body = {**parsed.body, "messages": messages or nothing_fits(ctx)}
         body = body if front is None else front(body)
-        _breakpoints(body, any(_has_mark(b) for b in ours), _newest_ttl(parsed.body))
+        _breakpoints(body, any(_has_mark(b) for b in ours), ttl(parsed.body))
         return splice.dumps(body)
 
     def error(self, exc: ApiError) -> dict[str, Any]:
