@@ -15,14 +15,13 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Literal
 
-from .promptcache import Bill, CachePricing, get_cache_pricing
+from .promptcache import HOUR, Bill, CachePricing, get_cache_pricing
 
 TTL = Literal["5m", "1h"]
 # The prompt size a model's multipliers are read at: genai-prices applies a long-context tier to
 # the whole request, and the cache multipliers on top of it (the same ratios at 300k tokens, seen
 # for Claude Sonnet 4.5 and gpt-5.5), so one size gives them.
 _AT = 100_000
-_HOUR = 3600.0
 
 
 def for_model(pricing: CachePricing, model: str | None, ttl: TTL = "5m") -> CachePricing:
@@ -35,31 +34,20 @@ def for_model(pricing: CachePricing, model: str | None, ttl: TTL = "5m") -> Cach
     0.05"""
     rates = _rates(pricing.provider, model) if model else None
     if rates is None:
-        return replace(pricing, write=pricing.write_1h, ttl=_HOUR) if ttl == "1h" and pricing.write_1h else pricing
+        return replace(pricing, write=pricing.write_1h, ttl=HOUR) if ttl == "1h" and pricing.write_1h else pricing
     read, write, write_1h = rates
     if ttl == "1h" and pricing.mode == "breakpoints":
-        return replace(pricing, read=read, write=write_1h, write_1h=write_1h, ttl=_HOUR, model=model)
+        return replace(pricing, read=read, write=write_1h, write_1h=write_1h, ttl=HOUR, model=model)
     return replace(pricing, read=read, write=write if pricing.mode == "breakpoints" else pricing.write,
                    write_1h=write_1h, model=model)
 
 
 def dollars(bill: Bill, model: str, pricing: str | CachePricing) -> float | None:
     """The bill's input in US dollars for `model` at its own prices (genai-prices' bundled data),
-    or None when genai-prices is not installed or does not know the model. Its 1-hour writes
-    (`Bill.written_1h`; all of them where `pricing` is a 1-hour cache) at the 1-hour price."""
-    pricing = get_cache_pricing(pricing)
-    hour = bill.written if pricing.ttl >= _HOUR and pricing.mode == "breakpoints" else bill.written_1h
-    return _input_usd(pricing.provider, model, bill.tokens, bill.read, bill.written, min(hour, bill.written))
-
-
-def usd(cost: float, model: str, pricing: CachePricing, size: int) -> float | None:
-    """`cost` base-input tokens (a read at `pricing.read` counts that share of one) in dollars:
-    an uncached token's price in a request of `size` tokens times the cost. The request's own
-    size: a long-context tier starts at a prompt's size, and pricing at a million tokens put
-    every request of Claude Sonnet in it, at twice the price."""
-    size = max(1, size)
-    whole = _input_usd(pricing.provider, model, size, 0, 0, 0)
-    return None if whole is None else whole / size * cost
+    its 1-hour writes (`Bill.written_1h`) at the 1-hour price; None when genai-prices is not
+    installed or does not know the model. `pricing` names the provider."""
+    provider = get_cache_pricing(pricing).provider
+    return _input_usd(provider, model, bill.tokens, bill.read, bill.written, min(bill.written_1h, bill.written))
 
 
 def _input_usd(provider: str | None, model: str, tokens: int, read: int, written: int, written_1h: int

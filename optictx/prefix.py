@@ -125,18 +125,20 @@ class Tally:
         self.pricing, self.state, self.cold, self.now = pricing, state, cold, now
         # As it came, each call reads the last call's conversation back (when warm) and writes the rest.
         kept = 0 if cold or state is None else min(state.asis, asis or 0)
-        self.asis, self.asis_call = asis, None if asis is None else pricing.call(asis, kept)
+        self.asis, self.asis_call = asis, None if asis is None else pricing.prompt(asis, kept).cost
 
     def appending(self, ctx: Context) -> float:
         """This call's cost if it sends the last prompt with the new turns appended."""
         state = self.state
-        return self.pricing.call(ctx.tokens, 0 if self.cold or state is None else min(state.prompt_tokens, ctx.tokens))
+        return self.pricing.prompt(ctx.tokens, 0 if self.cold or state is None else min(state.prompt_tokens, ctx.tokens)
+                                   ).cost
 
     def compacting(self, append: Context, cand: Context) -> float:
         """This call's cost if it sends `cand`: what it shares with the last prompt is read back."""
         state = self.state
         kept = 0 if self.cold or state is None else min(state.prompt_pieces, len(append.pieces))
-        return self.pricing.call(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept])))
+        return self.pricing.prompt(cand.tokens, piece_tokens(cand, common_prefix(cand.pieces, append.pieces[:kept]))
+                                   ).cost
 
     def affordable(self, cost: float, risk: float | None) -> bool:
         """Whether a paid compaction costing `cost` leaves the memory's bill so far within `risk`
@@ -152,8 +154,8 @@ class Tally:
         this call's (default: the whole prompt written, or as it came for a verbatim call)."""
         ctx, frozen = made
         if cost is None:
-            cost = self.asis_call if event == "verbatim" and self.asis_call is not None else self.pricing.call(
-                ctx.tokens, 0)
+            cost = self.asis_call if event == "verbatim" and self.asis_call is not None else self.pricing.prompt(
+                ctx.tokens, 0).cost
         old = self.state
         saved, spent = (old.saved, old.spent) if old else (0.0, 0.0)
         if self.asis_call is not None:

@@ -20,6 +20,7 @@ from .cost import PROFILES
 from .errors import ConfigError
 
 Mode = Literal["breakpoints", "automatic", "prefill"]
+HOUR = 3600.0  # seconds a `"ttl": "1h"` entry lives
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,35 @@ class CachePricing:
     write_1h: float = 0.0  # a `"ttl": "1h"` write (0: the family has none)
     model: str | None = None  # whose own prices `read` and `write` are (None: the family's multipliers)
 
-    def call(self, tokens: float, common: float) -> float:
-        """A prompt of `tokens` whose first `common` were sent just before: the common part is
-        read and the rest written, where the prompt is long enough to be cached at all."""
+    def priced(self, uncached: int, read: int, written: int, written_1h: int = 0) -> Bill:
+        """A request's input as billed, `written_1h` of its writes asked to live an hour: the one
+        place a bill's cost is added up (what reads, writes and misses are is found by the
+        callers: `prompt`, `PromptCache`, an upstream's usage)."""
+        hour = min(written_1h, written)
+        cost = uncached + self.read * read + self.write * (written - hour) + (self.write_1h or self.write) * hour
+        return Bill(uncached, read, written, cost, hour)
+
+    def prompt(self, tokens: int, common: int) -> Bill:
+        """A prompt of `tokens` whose first `common` were sent just before, its newest block
+        marked (as Claude Code marks it; automatic caches read the same): the common part is read
+        and the rest written, where the prompt is long enough to be cached at all."""
         if tokens < self.min_tokens:
-            return tokens
+            return self.priced(tokens, 0, 0)
         read = common if common >= self.min_tokens else 0
-        return self.read * read + self.write * (tokens - read)
+        return self.split(tokens, read, tokens - read)
+
+    def split(self, tokens: int, read: int, written: int) -> Bill:
+        """A prompt of `tokens` of which `read` came from the cache and `written` went to it (all
+        for an hour where every write here is hourly); an automatic cache or a prefill bills no
+        write, so what it does not read is uncached."""
+        if self.mode != "breakpoints":
+            return self.priced(tokens - read, read, 0)
+        return self.priced(tokens - read - written, read, written, written if self.hourly else 0)
+
+    @property
+    def hourly(self) -> bool:
+        """Whether every write here is a `"ttl": "1h"` one (`money.for_model(..., "1h")`)."""
+        return self.mode == "breakpoints" and self.ttl >= HOUR and self.write_1h == self.write
 
     def cold(self, last: float, now: float) -> bool:
         """Whether a prompt sent at `last` (seconds; 0: not known, taken as warm) is gone from the
@@ -202,7 +225,7 @@ class Bill:
     uncached: int
     read: int
     written: int
-    cost: float  # in base-input tokens: uncached + read * pricing.read + written * pricing.write
+    cost: float  # in base-input tokens (`CachePricing.priced`)
     written_1h: int = 0  # of `written`, what was asked to live an hour (priced at `write_1h`)
 
     @property
@@ -229,8 +252,7 @@ class PromptCache:
             read, written = self._automatic(p), 0
         else:
             read, written = self._breakpoints(p)
-        uncached = p.tokens - read - written
-        return Bill(uncached, read, written, uncached + read * self.pricing.read + written * self.pricing.write)
+        return self.pricing.split(p.tokens, read, written)
 
     def _alive(self, digest: bytes, at: float) -> bool:
         expiry = self._entries.get(digest)

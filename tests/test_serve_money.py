@@ -125,3 +125,24 @@ def test_our_breakpoints_live_as_long_as_the_client_s(system, last, ours):
     ttls = [c.get("ttl", "5m") for c in _controls(body)]
     assert ttls == sorted(ttls, key=lambda t: t != "1h")
     assert body["messages"][0]["content"][0]["cache_control"].get("ttl", "5m") == ours
+
+
+def test_after_refused_pages_the_modeled_bill_is_still_the_invoice(counted, sample):
+    """Pages refused once: the request went again as the client sent it, and that is what the
+    provider's cache then holds; the model of the cache follows it (it had gone on from the
+    refused prompt, reading back pages the provider never kept)."""
+    proxy, behind, _ = counted
+    through = anthropic.Anthropic(base_url=proxy.url, api_key="key-r", max_retries=0)
+    prices = _listed("claude-opus-5-5")
+    billed, refused = 0.0, 0
+    for system, messages in _requests(sample, 40, None):
+        raw = through.messages.with_raw_response.create(model="claude-opus-5-5", max_tokens=20, system=system,
+                                                        messages=messages)
+        billed += _invoice(raw.parse().usage.model_dump(), prices)
+        if raw.headers.get("x-optictx-fallback", "").startswith("refused"):
+            refused += 1
+        behind.refuse_images = 400 if refused == 0 and raw.headers.get("x-optictx-event") == "append" else 0
+    assert refused == 1
+    [conv] = proxy.proxy.ledger.conversations(tenant_of({"x-api-key": "key-r"}))
+    assert conv["billed_usd"] == pytest.approx(billed, rel=1e-6)
+    assert conv["cost_usd"] == pytest.approx(billed, rel=0.03)

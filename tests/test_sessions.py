@@ -171,3 +171,25 @@ def test_a_usage_no_window_holds_asks_no_stand_in_beyond_one(tmp_path):
     session = load_session(path)
     assert session.system_tokens > MAX_STAND_IN
     assert get_tokenizer().count(filler(session.system_tokens)) <= MAX_STAND_IN
+
+
+def test_a_transcript_s_one_hour_writes_are_billed_at_the_one_hour_price(tmp_path):
+    """Claude Code records its writes by lifetime (`cache_creation.ephemeral_1h_input_tokens`):
+    Anthropic bills a 1-hour write at 2x the input price, a 5-minute one at 1.25x, a read at 0.1x
+    (its prompt-caching page); an unreadable split is an error naming the field."""
+    from optictx.eval.bill import billed
+    from optictx.promptcache import CACHE_PRICING
+
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 400, "cache_creation_input_tokens": 1000,
+             "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 700}}
+    records = [{"type": "user", "sessionId": "s", "message": {"role": "user", "content": "hi"}},
+               {"type": "assistant", "sessionId": "s", "message": {"id": "m", "role": "assistant", "content": "ok",
+                                                                   "usage": usage}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert billed(load_session(path).billed, CACHE_PRICING["anthropic"]) == pytest.approx(
+        10 + 0.1 * 400 + 1.25 * 300 + 2.0 * 700)
+    usage["cache_creation"]["ephemeral_1h_input_tokens"] = "lots"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ConversationFileError, match="ephemeral_1h_input_tokens"):
+        load_session(path)

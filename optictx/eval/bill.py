@@ -145,7 +145,7 @@ def billed(calls: Sequence[Usage], pricing: CachePricing) -> float | None:
     under `pricing` (None: nothing recorded)."""
     if not calls:
         return None
-    return sum(c["fresh"] + pricing.read * c["read"] + pricing.write * c["written"] for c in calls)
+    return sum(pricing.priced(c["fresh"], c["read"], c["written"], c.get("written_1h", 0)).cost for c in calls)
 
 
 def since_arg(text: str) -> float:

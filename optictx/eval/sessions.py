@@ -128,7 +128,9 @@ def _text(content: Any) -> str:
     return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
-Usage = dict[str, int]  # one call's prompt tokens, as the provider reported them: "prompt", "read", "written"
+# One call's prompt tokens, as the provider reported them: "prompt", "read", "written", "fresh",
+# and (Claude Code's transcripts) "written_1h", the writes asked to live an hour.
+Usage = dict[str, int]
 
 
 def claude_code(path: Path) -> tuple[Native, list[int], list[Usage]]:
@@ -166,7 +168,12 @@ def claude_code(path: Path) -> tuple[Native, list[int], list[Usage]]:
                     read, written = (at.count(usage.get(k), f"message.usage.{k}")
                                      for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
                     fresh = at.count(usage.get("input_tokens"), "message.usage.input_tokens")
-                    billed.append({"prompt": fresh + read + written, "read": read, "written": written, "fresh": fresh})
+                    split = usage.get("cache_creation")  # the writes by lifetime, where recorded
+                    hour = min(written, at.count(split.get("ephemeral_1h_input_tokens"),
+                                                 "message.usage.cache_creation.ephemeral_1h_input_tokens")
+                               ) if isinstance(split, dict) else 0
+                    billed.append({"prompt": fresh + read + written, "read": read, "written": written, "fresh": fresh,
+                                   "written_1h": hour})
                     if isinstance(msg.get("model"), str):
                         head.setdefault("model", msg["model"])
                     last_id = msg.get("id")

@@ -148,6 +148,8 @@ class Server:
                 try:  # bookkeeping: the answer reaches the client, unchanged, whatever becomes of it
                     if why is not None:
                         self.proxy.refusals.note(sent.model)
+                        if fitted.meter is not None:
+                            fitted.meter.resent()
                     elif reads and answer:
                         misread = await run_in_threadpool(ctx.check, answer)  # type: ignore[union-attr]
                     billed = usage_record(usage, sent.vision, sent.model,

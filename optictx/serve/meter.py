@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..context import Context
-from ..money import TTL, dollars, for_model, usd
+from ..money import TTL, dollars, for_model
 from ..pieces import common_prefix
 from ..prefix import tokens_per_piece
 from ..promptcache import Bill, CachePricing, pricing_for
@@ -63,12 +63,12 @@ class Meter:
         elif self._front is not None and front != self._front:
             self._last, self._original, self._sent, why = None, 0, 0, "the client changed its tools or system prompt"
         self._at, self._front = at, front
-        passthrough = pricing.call(original, min(self._original, original))
+        passthrough = pricing.prompt(original, min(self._original, original))
         if ctx is None:  # it went as it came
             ours = passthrough
         elif ctx.verbatim:  # the conversation as it came (its instructions drawn, `sent` says)
             after = self._last is not None and not self._last.verbatim  # a compacted prompt: nothing is read
-            ours = pricing.call(sent, 0 if after else min(self._sent, sent))
+            ours = pricing.prompt(sent, 0 if after else min(self._sent, sent))
         else:
             # What the request carries beside its messages (tool definitions) goes first and as
             # it came, on both sides: `original` counts it, and so must optictx's prompt. It is
@@ -76,10 +76,16 @@ class Meter:
             # counts them as text, and they are in front, read back with the first piece.
             extra, per = sent - ctx.tokens, tokens_per_piece(ctx)
             common = extra + sum(per[: common_prefix(ctx.pieces, self._last.pieces)]) if self._last is not None else 0
-            ours = pricing.call(sent, min(sent, max(0, common)))
+            ours = pricing.prompt(sent, min(sent, max(0, common)))
         self._last, self._original, self._sent = ctx, original, sent
-        return Charge(ours, passthrough, usd(ours, model, pricing, sent), usd(passthrough, model, pricing, original),
+        return Charge(ours.cost, passthrough.cost, dollars(ours, model, pricing), dollars(passthrough, model, pricing),
                       why, None if pricing.model else f"{pricing.name} family's")
+
+
+    def resent(self) -> None:
+        """The last request went again as the client sent it (its pages were refused): the cache
+        now holds that prompt, not optictx's."""
+        self._last, self._sent = None, self._original
 
 
 def rules(vision: str, model: str, ttl: TTL = "5m") -> CachePricing:
@@ -115,11 +121,9 @@ class Usage:
     doubt: str | None = None
     cache_write_1h: int = 0  # of `cache_write`, those asked to live an hour (Anthropic's `"ttl": "1h"`)
 
-    def cost(self, pricing: CachePricing) -> float:
-        """In base-input tokens at `pricing`'s multipliers (a model's own: `money.for_model`)."""
-        hour = min(self.cache_write_1h, self.cache_write)
-        return (self.input + pricing.read * self.cache_read + pricing.write * (self.cache_write - hour)
-                + (pricing.write_1h or pricing.write) * hour)
+    def bill(self, pricing: CachePricing) -> Bill:
+        """These counts as a bill at `pricing`'s multipliers (a model's own: `money.for_model`)."""
+        return pricing.priced(self.input, self.cache_read, self.cache_write, self.cache_write_1h)
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items()
@@ -144,10 +148,8 @@ def usage_record(usage: Usage | None, vision: str, model: str, most: int | None 
     if doubt is None:
         try:
             pricing = rules(vision, model)
-            billed = usage.cost(pricing)
-            bill = Bill(usage.input, usage.cache_read, usage.cache_write, billed, min(usage.cache_write_1h,
-                                                                                      usage.cache_write))
-            return {"usage": usage.to_json(), "billed": billed, "billed_usd": dollars(bill, model, pricing)}
+            bill = usage.bill(pricing)
+            return {"usage": usage.to_json(), "billed": bill.cost, "billed_usd": dollars(bill, model, pricing)}
         except (ValueError, ArithmeticError) as exc:  # the price library's word on counts it will not price
             doubt = f"not priced: {str(exc)[:80]}"
     return {"usage": replace(usage, doubt=doubt).to_json()}

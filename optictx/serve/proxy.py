@@ -31,7 +31,7 @@ from .dialect import MENTION, ApiError, Dialect, Front, Parsed
 from .drawahead import DrawAhead
 from .instructions import MAX_PAGES, Instructions
 from .ledger import Ledger, Sent
-from .meter import Charge, rules
+from .meter import Charge, Meter, rules
 from .refusals import Refusals
 from .shelf import shelf_for
 
@@ -48,6 +48,7 @@ class Fitted:
     context: Context | None  # None: the request went as it came although it does not fit
     fallback: str | None = None  # why it went so
     charge: Charge | None = None  # its modeled bill, both ways (None: not a conversation's request)
+    meter: Meter | None = None  # the conversation's model of the cache that `charge` came from
 
 
 def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str, *,
@@ -299,7 +300,7 @@ class Proxy:
             sent = fitted.sent
             charge = conv.meter.charge(fitted.context, sent.original, sent.sent, vision, parsed.model, at,
                                        front_of(parsed), ttl_of(dialect, parsed))
-            return replace(fitted, charge=charge, sent=replace(
+            return replace(fitted, charge=charge, meter=conv.meter, sent=replace(
                 sent, cost=charge.optictx, passthrough=charge.passthrough, cost_usd=charge.optictx_usd,
                 passthrough_usd=charge.passthrough_usd, why=charge.why, prices=charge.prices))
         finally:
