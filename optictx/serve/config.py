@@ -36,10 +36,12 @@ class ServeConfig(BaseModel):
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(8765, ge=0, le=65535, description="port to bind")
     vision: str = Field("auto", description="cost model; auto: by each request's model name")
-    # A hard cap, under every current model's context window: below it, compactions happen only
-    # where they pay under the provider's cache prices (prefix.py).
-    budget: int = Field(128_000, ge=1, description="hard cap on context tokens per request; below it, the prompt "
-                        "is only compacted where that pays under the provider's cache prices")
+    # A hard cap: below it, compactions happen only where they pay under the provider's cache
+    # prices (prefix.py). None: each request's model's own (`windows.cap_for`).
+    budget: int | None = Field(None, ge=1, description="hard cap on context tokens per request (default: the "
+                               "model's window less its longest answer, below any long-context price tier; 128000 "
+                               "for a model optictx does not know); below it, the prompt is only compacted where "
+                               "that pays under the provider's cache prices")
     keep_recent: int = Field(4, ge=0, description="turns kept as text")
     risk: float | None = Field(0.1, ge=0, le=1000, description="how far above sending the conversation as it "
                                "came a compaction may take its bill so far, as a share of that (0: never above; none: "

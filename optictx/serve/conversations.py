@@ -21,6 +21,7 @@ from ..context import Context
 from ..errors import OptictxError
 from ..memory import Memory
 from ..turns import Turn
+from ..windows import DEFAULT_CAP
 from ..words import first_said, said
 from .dialect import ApiError
 from .ledger import Ledger
@@ -201,7 +202,7 @@ class Conversations:
                 conv.lock.release()
 
     def holding(self, tenant: str, name: str | None, turns: Sequence[Turn], vision: str = "deepseek-ocr",
-                budget: int = 128_000) -> Conversation:
+                budget: int = DEFAULT_CAP) -> Conversation:
         """The conversation holding exactly `turns`, locked (release `.lock` when done): the one
         they continue, with the new turns added, or a new one (a fork where they branch off)
         whose pages are drawn for `vision` and `budget` (`VisionProfile.render`)."""

@@ -19,6 +19,8 @@ _SECRET = "proxy_key"
 def _kind(annotation: Any) -> Any:
     if set(get_args(annotation)) == {float, type(None)}:
         return _float_or_none
+    if set(get_args(annotation)) == {int, type(None)}:  # a number, or no flag: the default None
+        return int
     return next((t for t in (bool, int, float) if annotation is t), str)
 
 

@@ -22,6 +22,7 @@ from ..money import TTL
 from ..recall import spans_of
 from ..tools import ABOUT
 from ..turns import Turn
+from ..windows import DEFAULT_CAP, cap_for
 from ..words import first_said, keep
 from .answers import FALLBACKS
 from .anthropic_api import ttl
@@ -187,7 +188,8 @@ class Proxy:
         are built per request (budget, vision)."""
         cap = get_cost_model(vision).max_images
         room = {"limits": Limits(max_images=max(0, cap - MAX_PAGES))} if self.config.image_instructions and cap else {}
-        return Memory(keep_recent=self.config.keep_recent, budget=budget or self.config.budget, store=store,
+        return Memory(keep_recent=self.config.keep_recent, budget=budget or self.config.budget or DEFAULT_CAP,
+                      store=store,
                       vision=vision, image_cache_bytes=self.config.image_cache_bytes, risk=self.config.risk,
                       key=key, **room)
 
@@ -200,15 +202,16 @@ class Proxy:
         person's (`ServeConfig.tenancy`)."""
         return tenant_of(headers, personal=self.config.personal)
 
-    def settings(self, headers: Mapping[str, str]) -> tuple[str | None, int]:
-        """X-Optictx-Conversation and X-Optictx-Budget, checked (ApiError naming the header)."""
+    def settings(self, headers: Mapping[str, str], model: str | None = None) -> tuple[str | None, int]:
+        """X-Optictx-Conversation and X-Optictx-Budget, checked (ApiError naming the header); the
+        budget without the header is `--budget`, else `model`'s cap (`windows.cap_for`)."""
         name = headers.get("x-optictx-conversation")
         if name is not None and not (0 < len(name) <= MAX_NAME and name.isprintable()):
             raise ApiError(f"X-Optictx-Conversation: 1 to {MAX_NAME} printable characters",
                            param="X-Optictx-Conversation")
         raw = headers.get("x-optictx-budget")
         if raw is None:
-            return name, self.config.budget
+            return name, self.config.budget or cap_for(model)
         digits = raw.strip()
         if not (digits.isascii() and digits.isdigit() and len(digits) <= 9 and 1 <= int(digits) <= MAX_BUDGET):
             raise ApiError(f"X-Optictx-Budget: a whole number of tokens from 1 to {MAX_BUDGET}, got {raw[:40]!r}",
@@ -230,7 +233,7 @@ class Proxy:
         `held` turns: for a caller that builds an append-only client's requests itself
         (`optictx bill`, `Parsed.grown`), so that only the turns it adds are read, where `fit`
         reads the whole request to find its conversation. What follows is `fit`'s own path."""
-        budget = self.settings(headers)[1]
+        budget = self.settings(headers, parsed.model)[1]
         tenant = self.tenant(headers)
         new = kept_turns(parsed, held, pin=self.config.pin_task, words=self.config.words)
         vision = vision_for(parsed.model, dialect.provider, self.config.vision)
@@ -272,7 +275,7 @@ class Proxy:
 
     def _fit(self, dialect: Dialect, parsed: Parsed, headers: Mapping[str, str], keep: bool,
              at: float | None) -> Fitted:
-        name, budget = self.settings(headers)
+        name, budget = self.settings(headers, parsed.model)
         tenant = self.tenant(headers)
         if parsed.passthrough is not None:  # not a whole conversation: nothing to keep or fit
             return self._as_it_came(dialect, parsed, tenant, parsed.passthrough)
