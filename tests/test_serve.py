@@ -373,9 +373,16 @@ def test_a_stored_conversation_continues_after_a_restart_without_rendering_again
         p.stop()
 
 
-def test_after_a_restart_the_dashboard_shows_the_latest_requests_pages_again(upstream, tmp_path, sample):
+@pytest.mark.parametrize("tools", [False, True])
+def test_after_a_restart_the_dashboard_shows_the_latest_requests_pages_again(upstream, tmp_path, sample, tools):
     """The pages of a conversation's latest request are drawn again from its plan state after a
-    restart: the same pages, the same pixels, as the model got them."""
+    restart: the same pages, the same pixels, as the model got them; with the MCP tools in the
+    request too (they are in the caption and the plan state's key: a restart drew other pages)."""
+    from optictx.tools import ABOUT
+
+    given = {"tools": [{"type": "function", "function": {"name": f"mcp__optictx__{name}", "description": ABOUT,
+                                                         "parameters": {"type": "object", "properties": {}}}}
+                       for name in ("search", "recall")]} if tools else {}
     config = ServeConfig(upstream=upstream.openai_url, budget=BUDGET, keep_recent=KEEP, store=tmp_path / "s",
                          tenancy="per-key")
     auth = {"authorization": "Bearer key-a"}
@@ -391,7 +398,8 @@ def test_after_a_restart_the_dashboard_shows_the_latest_requests_pages_again(ups
     p = Proxy(config)
     try:
         for end in (60, 70, 80):  # a growing conversation, the last request compressed
-            r = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:end])
+            r = _openai(p).chat.completions.with_raw_response.create(model="deepseek-ocr", messages=sample[:end],
+                                                                     **given)
         cid = r.headers["x-optictx-conversation"]
         before, pngs = dashboard(p, cid)
     finally:

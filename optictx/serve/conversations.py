@@ -324,7 +324,7 @@ class Conversations:
         try:
             if conv.last is None and not conv.closed:
                 conv.last = conv.memory.context(budget=row["budget"], vision=row["vision"], commit=False,
-                                                at=row["at"])
+                                                at=row["at"], tools=row["tools"])
             return conv.last  # type: ignore[return-value]
         finally:
             conv.lock.release()

@@ -48,9 +48,11 @@ CREATE TABLE IF NOT EXISTS {p}pages (
 # What made a request cost more than an append, modeled: a cold cache, the client's own front changed.
 # Whose prices stood in for its model's where genai-prices does not know it (NULL: the model's own).
 # Why the upstream refused the pages, where it did and the request went again as it came.
+# The names the request gave the MCP tools (JSON), which the caption says and the plan state is
+# kept under: with the budget, what draws that context again after a restart.
 _ADDED = {"requests": ("event TEXT", "cost {real}", "passthrough {real}", "billed {real}", "cost_usd {real}",
                        "passthrough_usd {real}", "billed_usd {real}", "usage TEXT", "budget INTEGER",
-                       "misread TEXT", "why TEXT", "prices TEXT", "refused TEXT"),
+                       "misread TEXT", "why TEXT", "prices TEXT", "refused TEXT", "tools TEXT"),
           "conversations": ("title TEXT",)}
 _MONEY = ("cost", "passthrough", "billed", "cost_usd", "passthrough_usd", "billed_usd")
 _SCHEMA_LOCK = 0x6F707376  # advisory lock "opsv": replicas starting at once create the tables once
@@ -85,6 +87,7 @@ class Sent:
     why: str | None = None  # `meter.Charge.why`
     prices: str | None = None  # `meter.Charge.prices`
     refused: str | None = None  # why the upstream refused its pages (`refusals.Refusal`): it went as it came
+    tools: tuple[str, ...] = ()  # the names the request gave the MCP tools (`proxy.recall_tools`)
 
 
 _SANE = 10**15  # tokens or dollars of one request above this are no fact (and JSON has no inf)
@@ -187,12 +190,12 @@ class Ledger:
     def record(self, sent: Sent) -> None:
         self._run("INSERT INTO {p}requests (conversation, tenant, at, api, model, vision, turns, original, sent, "
                   "verbatim, tiers, status, event, cost, passthrough, billed, cost_usd, passthrough_usd, billed_usd, "
-                  f"usage, budget, misread, why, prices, refused) VALUES ({', '.join('?' * 25)})",
+                  f"usage, budget, misread, why, prices, refused, tools) VALUES ({', '.join('?' * 26)})",
                   (sent.conversation, sent.tenant, sent.at or time.time(), sent.api, _text(sent.model), sent.vision,
                    sent.turns, sent.original, sent.sent, int(sent.verbatim), json.dumps(sent.tiers), sent.status,
                    sent.event, sent.cost, sent.passthrough, sent.billed, sent.cost_usd, sent.passthrough_usd,
                    sent.billed_usd, sent.usage, sent.budget, sent.misread, sent.why, sent.prices,
-                   _text(sent.refused, 300) if sent.refused else None),
+                   _text(sent.refused, 300) if sent.refused else None, json.dumps(sent.tools) if sent.tools else None),
                   idempotent=False)  # tried again, a dashboard row could count twice
 
     def conversations(self, tenant: str) -> list[dict[str, Any]]:
@@ -225,10 +228,14 @@ class Ledger:
                 for r in rows]
 
     def latest(self, tenant: str, conversation: str) -> dict[str, Any] | None:
-        """The conversation's newest request that planned a context: its time, vision and budget."""
-        row = self._run("SELECT at, vision, budget FROM {p}requests WHERE tenant = ? AND conversation = ? "
+        """The conversation's newest request that planned a context: its time, vision, budget and
+        the names it gave the MCP tools."""
+        row = self._run("SELECT at, vision, budget, tools FROM {p}requests WHERE tenant = ? AND conversation = ? "
                         "AND budget IS NOT NULL ORDER BY id DESC LIMIT 1", (tenant, conversation))
-        return dict(zip(("at", "vision", "budget"), row[0])) if row else None
+        if not row:
+            return None
+        at, vision, budget, tools = row[0]
+        return {"at": at, "vision": vision, "budget": budget, "tools": _names(tools)}
 
     def owner(self, conversation: str) -> str | None:
         row = self._run("SELECT tenant FROM {p}conversations WHERE id = ?", (conversation,))
@@ -236,3 +243,13 @@ class Ledger:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _names(stored: str | None) -> tuple[str, ...]:
+    """The tool names a row keeps (none where it keeps none, or what it keeps is not a list of
+    names: a damaged row draws the context without them)."""
+    try:
+        names = json.loads(stored) if stored else []
+    except ValueError:
+        return ()
+    return tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else ()

@@ -53,7 +53,8 @@ class Fitted:
 
 
 def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: str, *,
-        commit: bool = True, at: float | None = None, front: Front | None = None) -> tuple[bytes, Context]:
+        commit: bool = True, at: float | None = None, front: Front | None = None,
+        tools: tuple[str, ...] | None = None) -> tuple[bytes, Context]:
     """The upstream body for `parsed` from a memory holding exactly its turns, and its context.
 
     What goes upstream follows from the conversation's own history of calls (the memory's plan
@@ -61,9 +62,11 @@ def fit(memory: Memory, dialect: Dialect, parsed: Parsed, budget: int, vision: s
     memory holding those turns after the same calls sends the same bytes: the proxy's, a reopen
     of its store, another replica (tests/test_serve.py holds the proxy to that). `commit=False`
     (token counting) leaves the plan state as it was; `at`: the request's time (default now);
-    `front`: the instructions drawn on pages (`--image-instructions`)."""
-    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at,
-                         tools=recall_tools(parsed.body.get("tools"), lambda: parsed.mentions),
+    `front`: the instructions drawn on pages (`--image-instructions`); `tools`: the names its
+    request gives the MCP tools (default: `recall_tools` of it)."""
+    if tools is None:
+        tools = recall_tools(parsed.body.get("tools"), lambda: parsed.mentions)
+    ctx = memory.context(budget=budget - overhead(memory, parsed), vision=vision, commit=commit, at=at, tools=tools,
                          pricing=rules(vision, parsed.model, ttl_of(dialect, parsed)))
     return dialect.upstream_body(parsed, ctx, front), ctx
 
@@ -335,7 +338,8 @@ class Proxy:
         try:
             if budget - extra < 1:
                 raise BudgetError(f"the tool definitions alone take {extra} of the {budget} tokens")
-            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit, at=at, front=front)
+            tools = recall_tools(parsed.body.get("tools"), lambda: parsed.mentions)
+            body, ctx = fit(memory, dialect, parsed, budget, vision, commit=commit, at=at, front=front, tools=tools)
         except BudgetError as exc:  # never worse than no proxy: it goes as it came
             log.warning("conversation %s does not fit %d tokens (%s): sent as it came", conversation, budget, exc)
             record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
@@ -345,7 +349,7 @@ class Proxy:
         moved = front.moved if front is not None else 0  # the instructions drawn count less than as text
         record = Sent(conversation, tenant, dialect.name, parsed.model, vision, len(parsed.turns), original,
                       ctx.tokens + extra - moved, ctx.verbatim, tiers_of(ctx), event=ctx.event, budget=ctx.budget.limit,
-                      at=at)
+                      at=at, tools=tools)
         return Fitted(body, record, ctx)
 
     def close(self) -> None:
