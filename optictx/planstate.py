@@ -79,9 +79,6 @@ class Frozen:
             return None
 
 
-_ADDED = ("risk", "tools", "words")  # Policy fields added since plan states were first stored
-
-
 def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
     """The name a memory stores the state of one (budget, consumer, policy) under: a context
     planned under another policy (`mem.factsheet = None`) starts from a compaction of its own."""
@@ -93,7 +90,7 @@ def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:
     family = get_cache_pricing(policy.pricing).name if policy.pricing is not None else None
     values = {f.name: getattr(policy, f.name) for f in fields(policy)}
     values["pricing"] = None if family == pricing_for(cost.name).name else family
-    shown = [f for f in fields(policy) if f.repr and not (f.name in _ADDED and values[f.name] == f.default)]
+    shown = [f for f in fields(policy) if f.repr and not (f.metadata["added"] and values[f.name] == f.default)]
     body = ", ".join(f"{f.name}={values[f.name]!r}" for f in shown)
     shape = re.sub(r" at 0x[0-9a-f]+", "", f"{type(policy).__qualname__}({body})")
     return f"plan1:{budget.limit}:{cost.name}:{hashlib.sha256(shape.encode()).hexdigest()[:12]}"

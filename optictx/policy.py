@@ -7,14 +7,41 @@ small class with one method, and the invariant tests run over every policy in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Literal
 
 from .errors import ConfigError
 from .facts import Factsheet
 from .limits import Limits
 from .promptcache import CACHE_PRICING, CachePricing
 from .schedule import AgeLadder, Fitter, Ladder, OldestFirst
+
+Stored = Literal["plain", "object"]
+
+
+def _about(check: Callable[[Any], bool], wants: str, stored: Stored, *, alias: str | None = None,
+           added: bool = False, shown: bool = False, settable: bool = False) -> dict[str, Any]:
+    """A `Policy` field's declaration, the one place it is said: its check and the message naming
+    what it wants, how a store keeps it (`plain`: a JSON value as it is; `object`:
+    `policystore.py` encodes it), the keyword `Memory` takes it by (`alias`), whether it came
+    after plan states were first stored (`added`: left out of their key at its default, so the
+    older keys stay), and whether `Memory` shows it as an attribute (`shown`; writable where
+    `settable`)."""
+    return {"check": check, "wants": wants, "stored": stored, "alias": alias, "added": added, "shown": shown,
+            "settable": settable}
+
+
+def _bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _within(lo: float, hi: float) -> Callable[[Any], bool]:
+    return lambda value: _number(value) and lo <= value <= hi
 
 
 @dataclass(frozen=True)
@@ -59,67 +86,62 @@ class Policy:
       tool list spells them): the caption before the pages says to call them (`pieces.caption`).
     """
 
-    ladder: Ladder = AgeLadder()  # noqa: RUF009 (frozen values, safe to share)
-    fitter: Fitter = OldestFirst()  # noqa: RUF009
-    factsheet: Factsheet | None = Factsheet()  # noqa: RUF009
-    sticky: bool = False
-    limits: Limits = Limits()  # noqa: RUF009
-    verbatim: bool = True
-    cache: bool = True
-    headroom: float = 0.3
-    horizon: float = 0.25
-    first_horizon: float = 0.5
-    margin: float = 1.5
-    pricing: str | CachePricing | None = None
-    risk: float | None = 0.1
-    tools: tuple[str, ...] = ()
-    words: bool = False
+    ladder: Ladder = field(default=AgeLadder(), metadata=_about(
+        lambda v: callable(getattr(v, "tiers", None)), "a Ladder (with tiers(n, *, unsealed=0))", "object",
+        shown=True, settable=True))
+    fitter: Fitter = field(default=OldestFirst(), metadata=_about(
+        lambda v: callable(getattr(v, "fit", None)), "a Fitter (with fit(tiers, costs, room))", "object",
+        shown=True, settable=True))
+    factsheet: Factsheet | None = field(default=Factsheet(), metadata=_about(
+        lambda v: v is None or isinstance(v, Factsheet), "a Factsheet or None", "object", shown=True, settable=True))
+    sticky: bool = field(default=False, metadata=_about(_bool, "a bool", "plain", alias="sticky_tiers", shown=True))
+    limits: Limits = field(default=Limits(), metadata=_about(lambda v: isinstance(v, Limits), "a Limits", "object",
+                                                             shown=True))
+    verbatim: bool = field(default=True, metadata=_about(_bool, "a bool", "plain", shown=True))
+    cache: bool = field(default=True, metadata=_about(_bool, "a bool", "plain", shown=True))
+    headroom: float = field(default=0.3, metadata=_about(lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)",
+                                                         "plain", shown=True))
+    horizon: float = field(default=0.25, metadata=_about(_within(0, 1000), "a number in [0, 1000]", "plain",
+                                                         shown=True))
+    first_horizon: float = field(default=0.5, metadata=_about(_within(0, 1000), "a number in [0, 1000]", "plain",
+                                                              shown=True))
+    margin: float = field(default=1.5, metadata=_about(_within(1, 1000), "a number in [1, 1000]", "plain", shown=True))
+    pricing: str | CachePricing | None = field(default=None, metadata=_about(
+        lambda v: v is None or isinstance(v, CachePricing) or (isinstance(v, str) and v in CACHE_PRICING),
+        f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}", "object"))
+    risk: float | None = field(default=0.1, metadata=_about(
+        lambda v: v is None or _within(0, 1000)(v), "None or a number in [0, 1000]", "plain", added=True, shown=True))
+    tools: tuple[str, ...] = field(default=(), metadata=_about(
+        lambda v: isinstance(v, tuple) and len(v) <= 4 and all(
+            isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in v),
+        "a tuple of at most 4 tool names (1 to 64 printable characters)", "object", added=True))
+    words: bool = field(default=False, metadata=_about(_bool, "a bool", "plain", added=True))
 
     def __post_init__(self) -> None:
-        checks = {"ladder": callable(getattr(self.ladder, "tiers", None)),
-                  "fitter": callable(getattr(self.fitter, "fit", None)),
-                  "factsheet": self.factsheet is None or isinstance(self.factsheet, Factsheet),
-                  "sticky": isinstance(self.sticky, bool), "limits": isinstance(self.limits, Limits),
-                  "verbatim": isinstance(self.verbatim, bool), "cache": isinstance(self.cache, bool),
-                  "headroom": isinstance(self.headroom, (int, float)) and 0 <= self.headroom < 1,
-                  "horizon": isinstance(self.horizon, (int, float)) and 0 <= self.horizon <= 1000,
-                  "first_horizon": isinstance(self.first_horizon, (int, float)) and 0 <= self.first_horizon <= 1000,
-                  "margin": isinstance(self.margin, (int, float)) and 1 <= self.margin <= 1000,
-                  "pricing": self.pricing is None or isinstance(self.pricing, CachePricing) or (
-                      isinstance(self.pricing, str) and self.pricing in CACHE_PRICING),
-                  "risk": self.risk is None or (isinstance(self.risk, (int, float)) and not isinstance(self.risk, bool)
-                                                and 0 <= self.risk <= 1000),
-                  "tools": isinstance(self.tools, tuple) and len(self.tools) <= 4 and all(
-                      isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in self.tools),
-                  "words": isinstance(self.words, bool)}
-        wants = {"ladder": "a Ladder (with tiers(n, *, unsealed=0))", "fitter": "a Fitter (with fit(tiers, costs, "
-                 "room))", "factsheet": "a Factsheet or None", "sticky": "a bool", "limits": "a Limits",
-                 "verbatim": "a bool", "cache": "a bool", "headroom": "a number in [0, 1)",
-                 "horizon": "a number in [0, 1000]", "first_horizon": "a number in [0, 1000]",
-                 "margin": "a number in [1, 1000]",
-                 "pricing": f"None, a CachePricing or one of {', '.join(CACHE_PRICING)}",
-                 "risk": "None or a number in [0, 1000]",
-                 "tools": "a tuple of at most 4 tool names (1 to 64 printable characters)", "words": "a bool"}
-        for name, ok in checks.items():
-            if not ok:
-                raise ConfigError(f"policy {name} must be {wants[name]}, got {type(getattr(self, name)).__name__}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not f.metadata["check"](value):
+                raise ConfigError(f"policy {f.name} must be {f.metadata['wants']}, got {type(value).__name__}")
 
     @classmethod
     def from_kwargs(cls, base: Policy | None, kwargs: dict[str, Any]) -> Policy:
-        """`base` (default: the defaults) with fields given by Memory's shorthand keywords:
-        ladder=, fitter=, factsheet=, limits=, sticky_tiers=, verbatim=, cache=, headroom=, horizon=,
-        first_horizon=, margin=, pricing=, risk=, words=."""
-        names = {f.name for f in fields(cls)} - {"sticky"} | {"sticky_tiers"}
-        unknown = sorted(set(kwargs) - names)
+        """`base` (default: the defaults) with fields given by Memory's keywords: each field by
+        its name, `sticky` as `sticky_tiers` (`keyword`)."""
+        names = {keyword(f): f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - set(names))
         if unknown:
             raise ConfigError(f"Memory() got unexpected keyword argument(s) {', '.join(unknown)}; "
-                            f"policy fields: {', '.join(sorted(names))}")
-        given = {("sticky" if k == "sticky_tiers" else k): v for k, v in kwargs.items()}
+                              f"policy fields: {', '.join(sorted(names))}")
+        given = {names[k]: v for k, v in kwargs.items()}
         for name, value in given.items():
             if name in ("ladder", "fitter") and value is None:
-                given[name] = getattr(cls, name)  # None: the default strategy, as before policies
-        policy = base or cls()
-        return cls(**{**{f.name: getattr(policy, f.name) for f in fields(cls)}, **given})
+                given[name] = getattr(cls(), name)  # None: the default strategy, as before policies
+        return replace(base or cls(), **given)
+
+
+def keyword(f: Field[Any]) -> str:
+    """The keyword `Memory` takes a policy field by (and shows it as, and a store keeps it under)."""
+    return f.metadata["alias"] or f.name
 
 
 def _field(name: str, *, settable: bool = False) -> Any:
@@ -129,25 +151,18 @@ def _field(name: str, *, settable: bool = False) -> Any:
 
 
 class PolicyFields:
-    """The policy's fields, readable (and some settable) on its owner (`Memory`): a new policy
-    takes effect on the next context (`mem.factsheet = None` for an optical-only context)."""
+    """The policy's fields `shown` in their declaration, readable (the `settable` ones settable)
+    on its owner (`Memory`): a new policy takes effect on the next context (`mem.factsheet =
+    None` for an optical-only context)."""
 
     policy: Policy
     _lock: Any  # the owner's lock: a policy is swapped whole, never half-changed
 
-    ladder: Ladder = _field("ladder", settable=True)
-    fitter: Fitter = _field("fitter", settable=True)
-    factsheet: Factsheet | None = _field("factsheet", settable=True)
-    limits: Limits = _field("limits")
-    sticky_tiers: bool = _field("sticky")
-    verbatim: bool = _field("verbatim")
-    cache: bool = _field("cache")
-    headroom: float = _field("headroom")
-    horizon: float = _field("horizon")
-    first_horizon: float = _field("first_horizon")
-    margin: float = _field("margin")
-    risk: float | None = _field("risk")
-
     def _set_policy(self, **changed: Any) -> None:
         with self._lock:
             self.policy = replace(self.policy, **changed)
+
+
+for _one in fields(Policy):
+    if _one.metadata["shown"]:
+        setattr(PolicyFields, keyword(_one), _field(_one.name, settable=_one.metadata["settable"]))

@@ -3,27 +3,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from . import policystore
 from .budget import Budget
 from .cost import PROFILES, CostModel
 from .errors import ConfigError, StoreError
 from .handles import new_key
-from .limits import Limits
 from .renderers import RenderConfig
 from .store import open_store
 from .turns import short
 
-_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int, "sticky_tiers": bool, "verbatim": bool,
-          "cache": bool, "headroom": float, "horizon": float, "first_horizon": float, "margin": float}
-# Stored as a number, or null for None (no bound); a store from before the setting has none and
-# reopens at the default.
-_OPTIONAL = {"risk": float}
-_MODELS = {"budget": Budget, "render": RenderConfig, "limits": Limits}
+# The memory's own settings; its policy's are `policystore.py`'s. A store from before a setting
+# has none of it and reopens at the default.
+_PLAIN = {"vision": str, "keep_recent": int, "tokens_per_page": int}
+_MODELS = {"budget": Budget, "render": RenderConfig}
 T = TypeVar("T")  # the memory class `reopened` builds
 
 
@@ -58,10 +56,8 @@ def to_meta(mem: Any) -> dict[str, Any]:
     meta = {key: kind(getattr(mem, key)) for key, kind in _PLAIN.items() if key != "vision"}
     meta["key"] = mem.key
     meta["vision"] = mem.vision.name
-    for key, kind in _OPTIONAL.items():
-        value = getattr(mem, key)
-        meta[key] = None if value is None else kind(value)
     meta.update({key: getattr(mem, key).model_dump(mode="json") for key in _MODELS})
+    meta.update(policystore.to_meta(mem.policy))
     return meta
 
 
@@ -71,23 +67,21 @@ def reopened(cls: Callable[..., T], path: str | Path, overrides: dict[str, Any])
     store = open_store(path, create=False)
     try:
         meta = store.get_meta()
-        return cls(store=store, **{**(from_meta(meta, path) if meta is not None else {}), **overrides})
+        return cls(store=store, **{**(from_meta(meta, path, set(overrides)) if meta is not None else {}), **overrides})
     except BaseException:
         store.close()
         raise
 
 
-def from_meta(meta: Any, path: str | Path) -> dict[str, Any]:
-    """Memory keyword arguments from stored settings; StoreError naming `path` if they are damaged."""
+def from_meta(meta: Any, path: str | Path, given: Collection[str] = ()) -> dict[str, Any]:
+    """Memory keyword arguments from stored settings, but those `given` (the caller's own);
+    StoreError naming `path` if they are damaged."""
     if not isinstance(meta, dict):
         raise StoreError(f"{path}: damaged settings (a {type(meta).__name__}, not an object)")
-    out: dict[str, Any] = {}
-    for key, kind in (*_PLAIN.items(), *_OPTIONAL.items()):
+    out: dict[str, Any] = policystore.from_meta(meta, path, given)
+    for key, kind in _PLAIN.items():
         if key in meta:
             value = meta[key]
-            if value is None and key in _OPTIONAL:
-                out[key] = None
-                continue
             if type(value) is not kind:  # bool is an int: exact types only
                 raise StoreError(f"{path}: damaged settings: {key} is {short(value)}, not a {kind.__name__}")
             out[key] = value
