@@ -9,6 +9,7 @@ handles and spans.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -291,7 +292,24 @@ def recall_in(pages: Iterable[object], store: Store, page: object, **asked: obje
 def search_in(pages: Iterable[object], store: Store, query: object, *, within: object = None,
               limit: object = None) -> Found:
     """`Memory.search`: the turns of `store` that hold `query`, on these pages."""
-    spans, n, want = spans_of(pages), limit_of(limit), query_terms(query)
+    pages, n, want = list(pages), limit_of(limit), query_terms(query)
     if within is not None:
-        span_named(spans, within)
-    return found(str(query), hits_on(store.find(want, n), spans, want), n, "in this conversation")
+        span_named(spans_of(pages), within)
+    turns = store.find(want, n)
+    return found(str(query), hits_on(turns, covering(pages, [t.id or 0 for t in turns]), want), n,
+                 "in this conversation")
+
+
+def covering(pages: Sequence[object], ids: Iterable[int]) -> list[Span]:
+    """The spans of the pages that hold these turns: found by bisection on the pages' first turns
+    (pages hold turns in order), not by reading every page's handle, which at 10,000 turns was
+    most of a search's time."""
+    bounded = [(b, p) for p in pages if (b := getattr(p, "bounds", None)) is not None]
+    firsts = [b[0] for b, _ in bounded]
+    found: set[int] = set()
+    for tid in ids:
+        i = bisect.bisect_right(firsts, tid) - 1
+        while i >= 0 and bounded[i][0][1] >= tid:  # a turn that runs over pages: each of them
+            found.add(i)
+            i -= 1
+    return spans_of(bounded[i][1] for i in sorted(found))  # oldest first, as `spans_of` gives them
