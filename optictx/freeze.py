@@ -76,7 +76,8 @@ def freeze(stateless: Plan, pack: PackView, tail: Since, fixed: tuple[int, ...])
     if upto is None:
         return None
     factsheet = tuple(sorted((place, text) for place, text in stateless.factsheet.items() if place < len(pages)))
-    return Frozen(tuple((p.digest, t) for p, t in zip(pages, stateless.actual)), factsheet, upto, fixed, part=part)
+    return Frozen(pages=tuple((p.digest, t) for p, t in zip(pages, stateless.actual)), factsheet=factsheet, upto=upto,
+                  fixed=fixed, part=part)
 
 
 def _open_imaged(stateless: Plan, pack: PackView) -> bool:

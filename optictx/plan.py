@@ -38,7 +38,7 @@ from .turnindex import WORDS
 from .turns import Turn
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Snapshot:
     """What planning reads of a memory at one moment: its turns not on pages, the packer's frozen
     view, and the counts and floors planning needs."""

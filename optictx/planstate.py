@@ -19,7 +19,7 @@ from .tiers import Tier
 from .turns import Turn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Frozen:
     """What stays fixed between compactions, and what the last call sent.
 
@@ -54,14 +54,7 @@ class Frozen:
     part: int = 0  # lines of the last page frozen while it was open (0: every page whole)
 
     def to_json(self) -> str:
-        # "sent" and "pieces" are the stored names of prompt_tokens and prompt_pieces: states
-        # stored before the rename load as they are.
-        body = {"pages": [[d, t.value] for d, t in self.pages], "factsheet": [list(f) for f in self.factsheet],
-                "upto": self.upto, "fixed": list(self.fixed), "verbatim": self.verbatim, "calls": self.calls,
-                "sent": self.prompt_tokens, "pieces": self.prompt_pieces, "compactions": self.compactions,
-                "base": self.base, "since": self.since, "front": self.front, "front_key": self.front_key,
-                "tried": self.tried, "at": self.at, "asis": self.asis, "spent": self.spent, "saved": self.saved,
-                "part": self.part}
+        body = {_STORED.get(f.name, f.name): _plain(getattr(self, f.name)) for f in fields(self)}
         return json.dumps(body, ensure_ascii=True)
 
     @classmethod
@@ -69,14 +62,35 @@ class Frozen:
         """A stored state, or None when it is damaged (the next call compacts: never trusted)."""
         try:
             b = json.loads(text)
-            return cls(tuple((str(d), Tier(t)) for d, t in b["pages"]),
-                       tuple((int(p), str(s)) for p, s in b["factsheet"]), int(b["upto"]),
-                       tuple(int(i) for i in b["fixed"]), bool(b["verbatim"]), int(b["calls"]), int(b["sent"]),
-                       int(b["pieces"]), int(b["compactions"]), int(b["base"]), int(b["since"]), int(b["front"]),
-                       str(b["front_key"]), int(b["tried"]), float(b.get("at", 0.0)), int(b.get("asis", 0)),
-                       float(b.get("spent", 0.0)), float(b.get("saved", 0.0)), int(b.get("part", 0)))
+            given = {f.name: _typed(f.name, b[_STORED.get(f.name, f.name)], f.default) for f in fields(cls)
+                     if not (f.name in _LATER and _STORED.get(f.name, f.name) not in b)}
+            return cls(**given)
         except (ValueError, KeyError, TypeError):
             return None
+
+
+# "sent" and "pieces" are the stored names of prompt_tokens and prompt_pieces: states stored
+# before the rename load as they are; fields a state stored before them lacks take their default.
+_STORED = {"prompt_tokens": "sent", "prompt_pieces": "pieces"}
+_LATER = frozenset({"at", "asis", "spent", "saved", "part"})
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as JSON holds it (tiers by name, tuples as lists)."""
+    if isinstance(value, Tier):
+        return value.value
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _typed(name: str, value: Any, default: Any) -> Any:
+    """A stored field back (ValueError, TypeError: damaged)."""
+    if name == "pages":
+        return tuple((str(d), Tier(t)) for d, t in value)
+    if name == "factsheet":
+        return tuple((int(p), str(s)) for p, s in value)
+    if name == "fixed":
+        return tuple(int(i) for i in value)
+    return type(default)(value)
 
 
 def state_key(budget: Budget, cost: CostModel, policy: Policy) -> str:

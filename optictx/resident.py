@@ -96,7 +96,8 @@ class Resident:
         recent = self.recent if recent is None else recent
         inline = index.inline_before(recent[0].id if recent else index.last_id + 1)  # type: ignore[arg-type]
         tokens, images = index.of((*(transcript or ()), *index.system, *index.pinned, *inline, *recent))
-        return Snapshot(tuple(index.system), tuple(index.pinned), tuple(recent), tokens, pack,
-                        self._tokenizer.count, images, floors, last, self.facts, transcript,
-                        index.text_total, index.all_images(), inline, frozenset(index.inline_ids),
-                        caption(policy.tools, pack.across is not None))
+        return Snapshot(system=tuple(index.system), pinned=tuple(index.pinned), recent=tuple(recent), tokens=tokens,
+                        pack=pack, count=self._tokenizer.count, images=images, floors=floors, last_tiers=last,
+                        facts=self.facts, transcript=transcript, text_total=index.text_total,
+                        all_images=index.all_images(), inline=inline, inline_ids=frozenset(index.inline_ids),
+                        caption=caption(policy.tools, pack.across is not None))

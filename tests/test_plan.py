@@ -25,7 +25,7 @@ def _snapshot(sample, n=120, keep_recent=4, system=()):
                   for i, s in enumerate(system))
     tokens = {t.id: sum(tok.count(s) for s in t.texts) for t in (*fixed, *recent)}
     by_id = {t.id: t for t in turns}
-    return Snapshot(fixed, (), recent, tokens, packer.view(), tok.count,
+    return Snapshot(system=fixed, pinned=(), recent=recent, tokens=tokens, pack=packer.view(), count=tok.count,
                     facts=TurnFacts(lambda ids: {i: by_id[i] for i in ids}))
 
 
