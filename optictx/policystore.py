@@ -16,7 +16,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, OptictxError, StoreError
 from .facts import Factsheet
 from .limits import Limits
 from .policy import Policy, keyword
@@ -30,8 +30,8 @@ _KINDS: dict[str, type] = {"AgeLadder": AgeLadder, "OldestFirst": OldestFirst, "
                            "CachePricing": CachePricing}
 
 
-class _Unkept(Exception):
-    """A value a store cannot keep."""
+class _Unkept(OptictxError):
+    """A value a store cannot keep (caught here: it is kept by its type's name)."""
 
 
 def to_meta(policy: Policy) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def from_meta(meta: dict[str, Any], path: str | Path, given: Collection[str]) ->
             out[name] = value if f.metadata["stored"] == "plain" else (
                 Limits.model_validate(value) if f.name == "limits" else _decoded(value, f.name))
             Policy.from_kwargs(None, {name: out[name]})  # the declaration's check
-        except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (OptictxError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StoreError(f"{path}: damaged settings: {name} is {short(value)} ({str(exc)[:120]})") from None
     return out
 
@@ -97,7 +97,7 @@ def _decoded(value: Any, name: str) -> Any:
     if not isinstance(value, dict):
         return value
     if len(value) != 1:
-        raise ValueError(f"{name}: one kind is expected")
+        raise StoreError(f"{name}: one kind is expected")
     (kind, inner), = value.items()
     if kind == "tier":
         return Tier(inner)
@@ -106,12 +106,12 @@ def _decoded(value: Any, name: str) -> Any:
     if kind == "pricing":
         return CACHE_PRICING[inner]
     if kind not in _KINDS or not isinstance(inner, dict):
-        raise ValueError(f"{name}: no kind {short(kind)}")
+        raise StoreError(f"{name}: no kind {short(kind)}")
     defaults = {f.name: f.default for f in fields(_KINDS[kind])}
     given = {k: _decoded(v, name) for k, v in inner.items()}
     wrong = [k for k, v in given.items() if k not in defaults or not _fits(v, defaults[k])]
     if wrong:
-        raise ValueError(f"{name}: {', '.join(map(short, wrong))} not of {kind}'s kinds")
+        raise StoreError(f"{name}: {', '.join(map(short, wrong))} not of {kind}'s kinds")
     return _KINDS[kind](**given)
 
 
