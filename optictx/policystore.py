@@ -65,7 +65,8 @@ def from_meta(meta: dict[str, Any], path: str | Path, given: Collection[str]) ->
         try:
             out[name] = value if f.metadata["stored"] == "plain" else (
                 Limits.model_validate(value) if f.name == "limits" else _decoded(value, f.name))
-            Policy.from_kwargs(None, {name: out[name]})  # the declaration's check
+            if not f.metadata["check"](out[name]):
+                raise StoreError(f"{f.metadata['wants']} is expected")
         except (OptictxError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StoreError(f"{path}: damaged settings: {name} is {short(value)} ({str(exc)[:120]})") from None
     return out

@@ -77,8 +77,8 @@ class CachePricing:
 
     @property
     def hourly(self) -> bool:
-        """Whether every write here is a `"ttl": "1h"` one (`money.for_model(..., "1h")`)."""
-        return self.mode == "breakpoints" and self.ttl >= HOUR and self.write_1h == self.write
+        """Whether every write here is a `"ttl": "1h"` one (`anthropic-1h`, `money.for_model(..., "1h")`)."""
+        return self.mode == "breakpoints" and self.ttl >= HOUR
 
     def cold(self, last: float, now: float) -> bool:
         """Whether a prompt sent at `last` (seconds; 0: not known, taken as warm) is gone from the

@@ -81,7 +81,6 @@ class Meter:
         return Charge(ours.cost, passthrough.cost, dollars(ours, model, pricing), dollars(passthrough, model, pricing),
                       why, None if pricing.model else f"{pricing.name} family's")
 
-
     def resent(self) -> None:
         """The last request went again as the client sent it (its pages were refused): the cache
         now holds that prompt, not optictx's."""
